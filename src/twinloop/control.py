@@ -1,0 +1,284 @@
+"""The refiner (twin + task + optimizer + proposer) and the receding-horizon controller.
+
+One refine iteration::
+
+    candidates = clip([mean, prior, optimizer.sample(K - 2)])      (K, N, nu) knots
+    rollouts   = twin.rollout(state, basis.controls(candidates), params)
+    J          = risk(task.cost(rollouts), over parameter particles)   (K,)
+    state      = optimizer.update(finite candidates, finite J)
+
+Everything an optimizer would otherwise repeat (clipping, keeping the incumbent and the base
+proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) is here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose
+from twinloop.plan import RISKS, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
+from twinloop.plan.spline import KINDS
+from twinloop.tasks.base import Task
+from twinloop.twin.base import Twin
+
+
+@dataclass(frozen=True)
+class RefinerConfig:
+    """Knobs of the refiner.
+
+    Attributes:
+        num_samples: K candidates per iteration (including the incumbent and the prior).
+        horizon: planning horizon (s); rounded to whole control ticks.
+        n_knots: spline knots per plan.
+        spline: ``zero`` | ``linear`` | ``cubic``.
+        iterations: optimizer iterations per ``refine`` call.
+        deadline: seconds per ``refine`` call; ``None`` runs all iterations.
+        risk: aggregation over parameter particles: ``mean`` | ``worst`` | ``cvar``.
+        cvar_alpha: tail fraction for ``cvar``.
+        seed: seed of the sampling stream.
+    """
+
+    num_samples: int = 64
+    horizon: float = 1.0
+    n_knots: int = 4
+    spline: str = "cubic"
+    iterations: int = 1
+    deadline: float | None = None
+    risk: str = "mean"
+    cvar_alpha: float = 0.25
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.num_samples < 2:
+            raise TwinloopError(f"num_samples must be >= 2, got {self.num_samples}")
+        if self.iterations < 1:
+            raise TwinloopError(f"iterations must be >= 1, got {self.iterations}")
+        if not self.horizon > 0:
+            raise TwinloopError(f"horizon must be > 0 s, got {self.horizon}")
+        if self.deadline is not None and not self.deadline > 0:
+            raise TwinloopError(f"deadline must be > 0 s or None, got {self.deadline}")
+        choose("spline", self.spline, KINDS)
+        choose("risk", self.risk, RISKS)
+
+
+@dataclass
+class RefineResult:
+    """Outcome of one ``refine`` call.
+
+    Attributes:
+        plan: the best plan found (lowest aggregated cost seen in any iteration).
+        cost: its cost.
+        prior_cost: cost of the base proposal (``nan`` without one).
+        iterations: iterations completed before the deadline.
+        n_rollouts: trajectories simulated (P x K per iteration).
+        n_unstable: of those, how many went non-finite or unstable.
+        seconds: wall time.
+        rollouts: the last iteration's rollouts (for plotting ghost traces), if kept.
+        costs: the last iteration's ``(K,)`` aggregated costs.
+    """
+
+    plan: Plan
+    cost: float
+    prior_cost: float
+    iterations: int
+    n_rollouts: int
+    n_unstable: int
+    seconds: float
+    rollouts: object = None
+    costs: np.ndarray | None = None
+
+
+class Refiner:
+    """Refines a plan by rolling out candidates in a twin and re-selecting by cost.
+
+    Args:
+        task: cost, bounds, control period.
+        twin: a :class:`~twinloop.twin.base.Twin` of ``task.model``.
+        optimizer: the selection mechanism.
+        config: :class:`RefinerConfig`.
+        params: ``None`` (nominal twin) or ``(P, n)`` parameter particles to evaluate every
+            candidate under (domain randomization; costs aggregated by ``config.risk``).
+        keep_rollouts: keep the last iteration's rollouts in the result (for videos).
+    """
+
+    def __init__(self, task: Task, twin: Twin, optimizer: Optimizer, config: RefinerConfig | None = None,
+                 params: np.ndarray | None = None, keep_rollouts: bool = False):
+        self.task, self.twin, self.optimizer = task, twin, optimizer
+        self.config = config or RefinerConfig()
+        if twin.nu != task.nu:
+            raise TwinloopError(f"twin has {twin.nu} actuators but task {task.name!r} has {task.nu}")
+        substeps = int(round(task.control_period / twin.dt))
+        ticks = max(1, int(round(self.config.horizon / task.control_period)))
+        self.spec = PlanSpec(ticks, task.control_period, substeps, min(self.config.n_knots, ticks),
+                             self.config.spline, task.action_low, task.action_high)
+        self.basis = PlanBasis(self.spec)
+        self.params = None if params is None else twin.param_space.check(np.atleast_2d(params), "params")
+        self.keep_rollouts = keep_rollouts
+        self.rng = np.random.default_rng(self.config.seed)
+
+    def reseed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def set_params(self, params: np.ndarray | None) -> None:
+        """Change the parameter particles (e.g. after calibration)."""
+        self.params = None if params is None else self.twin.param_space.check(np.atleast_2d(params), "params")
+
+    def plan_from_actions(self, actions) -> Plan:
+        """A plan from a ``(H', nu)`` per-tick action chunk (held past its end)."""
+        return Plan(self.basis.knots_from_ticks(actions), self.spec)
+
+    def hold_plan(self, action) -> Plan:
+        return Plan.constant(self.spec, action)
+
+    def evaluate(self, state: np.ndarray, knots: np.ndarray):
+        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``."""
+        r = self.twin.rollout(state, self.basis.controls(knots), self.params)
+        costs = self.task.cost(r)
+        return r, aggregate(costs, r.ok, self.config.risk, self.config.cvar_alpha)
+
+    def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
+               proposals: np.ndarray | None = None) -> RefineResult:
+        """Best plan from ``state`` within the iteration budget and the deadline.
+
+        Args:
+            state: ``(nstate,)`` twin state.
+            prior: base proposal (e.g. a policy's action chunk as a plan), or ``None``.
+            warm: last tick's plan shifted by one tick; defaults to ``prior`` or holding the
+                middle of the action range.
+            proposals: ``(M, N, nu)`` knots sampled from a stochastic proposer (best-of-N).
+
+        Raises:
+            RefinementFailed: if no candidate in any iteration had a finite cost.
+        """
+        t0 = time.perf_counter()
+        cfg = self.config
+        s = as_array(state, "state", (self.task.nstate,))
+        lo, hi = self.spec.low, self.spec.high
+        if warm is None:
+            warm = prior if prior is not None else self.hold_plan((lo + hi) / 2)
+        for name, p in (("prior", prior), ("warm", warm)):
+            if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
+                raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
+        pk = None if prior is None else prior.knots
+        ostate = self.optimizer.init(warm.knots, pk, lo, hi)
+        if proposals is not None:
+            ostate = ostate.with_(proposals=np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi))
+        fixed = [ostate.mean] + ([pk] if pk is not None else [])
+        best_k, best_c, prior_c = None, np.inf, np.nan
+        n_roll = n_bad = it = 0
+        last_r = last_c = None
+        iter_time = 0.0
+        while it < cfg.iterations:
+            if cfg.deadline is not None and it > 0 and (time.perf_counter() - t0) + iter_time > cfg.deadline:
+                break
+            ti = time.perf_counter()
+            incumbent = [ostate.mean] + fixed[1:] if it else fixed
+            n_new = cfg.num_samples - len(incumbent)
+            sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
+            cand = np.clip(np.concatenate([np.stack(incumbent), sampled]), lo, hi)
+            r, c = self.evaluate(s, cand)
+            n_roll += r.ok.size
+            n_bad += r.n_unstable
+            if pk is not None and it == 0:
+                prior_c = float(c[1])
+            finite = np.isfinite(c)
+            if finite.any():
+                j = int(np.argmin(np.where(finite, c, np.inf)))
+                if c[j] < best_c:
+                    best_c, best_k = float(c[j]), cand[j].copy()
+                ostate = self.optimizer.update(ostate, cand[finite], c[finite])
+            last_r, last_c = r, c
+            it += 1
+            iter_time = time.perf_counter() - ti
+        if best_k is None:
+            raise RefinementFailed(f"all {n_roll} rollouts were non-finite or unstable; no plan to select")
+        return RefineResult(
+            plan=Plan(best_k, self.spec), cost=best_c, prior_cost=prior_c, iterations=it,
+            n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
+            rollouts=last_r if self.keep_rollouts else None, costs=last_c,
+        )
+
+
+@dataclass
+class TickInfo:
+    """What happened at one control tick."""
+
+    action: np.ndarray
+    fallback: bool = False
+    reason: str = ""
+    cost: float = float("nan")
+    prior_cost: float = float("nan")
+    iterations: int = 0
+    n_unstable: int = 0
+    seconds: float = 0.0
+    result: RefineResult | None = field(default=None, repr=False)
+
+
+class Controller:
+    """Receding-horizon control around a refiner: ``act(obs) -> action``.
+
+    Each tick: state from the observation, base proposal from the proposer (if any), warm start
+    from the last plan shifted one tick, refine, send the first action. If refinement fails
+    (every rollout unstable, or an exception) the base proposal's first action is sent
+    instead (or the warm plan's, without a proposer) and ``last.fallback`` says why.
+
+    With ``refine=False`` the controller runs the proposer alone (the baseline).
+    """
+
+    def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0):
+        if not refine and proposer is None:
+            raise TwinloopError("a controller without refinement needs a proposer")
+        self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
+        self.proposal_samples = proposal_samples
+        self.task = refiner.task
+        self._warm: Plan | None = None
+        self.last: TickInfo | None = None
+        self.n_fallbacks = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        self._warm = None
+        self.last = None
+        self.n_fallbacks = 0
+        if seed is not None:
+            self.refiner.reseed(seed)
+        if self.proposer is not None and hasattr(self.proposer, "reset"):
+            self.proposer.reset(seed)
+
+    def act(self, obs) -> np.ndarray:
+        state = self.task.state_from_obs(obs)
+        prior = None
+        proposals = None
+        if self.proposer is not None:
+            chunk = self.proposer.propose(obs, state)
+            prior = self.refiner.plan_from_actions(chunk)
+            if self.refine_enabled and self.proposal_samples > 0 and hasattr(self.proposer, "sample"):
+                chunks = self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng)
+                proposals = np.stack([self.refiner.plan_from_actions(c).knots for c in chunks])
+        if not self.refine_enabled:
+            self.last = TickInfo(action=prior.first_action())
+            return self.last.action
+        warm = self._warm
+        if warm is None:
+            # start still: hold the pusher where it is if the task can say where that is
+            warm = prior if prior is not None else self.refiner.hold_plan(self._hold_action(state))
+        try:
+            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals)
+        except Exception as exc:  # fall back, never crash the robot loop
+            self.n_fallbacks += 1
+            backup = prior if prior is not None else warm
+            self._warm = backup.shifted()
+            self.last = TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}")
+            return self.last.action
+        self._warm = res.plan.shifted()
+        self.last = TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
+                             iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds, result=res)
+        return self.last.action
+
+    def _hold_action(self, state: np.ndarray) -> np.ndarray:
+        hold = getattr(self.task, "hold_action", None)
+        if hold is not None:
+            return hold(state)
+        return (self.refiner.spec.low + self.refiner.spec.high) / 2

@@ -1,0 +1,239 @@
+"""Named physical parameters of a twin: where they live in the model, their bounds and prior.
+
+A parameter addresses one or more model fields with strings such as::
+
+    geom:block/friction[0]      sliding friction of geom "block"
+    body:block/mass             mass of body "block" (inertia scaled with it, see below)
+    dof:block_x/damping         damping of the dof of joint "block_x"
+    jnt:hinge/stiffness         joint stiffness
+    actuator:px/kp              position-actuator stiffness (gainprm[0] and biasprm[1])
+    actuator:px/kv              position-actuator damping (biasprm[2])
+    actuator:px/gear[0]         any actuator_* field
+
+Changing a mass means the body keeps its density distribution: ``body_inertia`` is scaled by the
+same ratio. Every inertial change is followed by ``mj_setConst`` so derived constants
+(``body_subtreemass``, ``dof_invweight0``, ``actuator_acc0`` ...) are never stale.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import mujoco
+import numpy as np
+
+from twinloop.errors import TwinloopError, as_array
+
+_ADDRESS = re.compile(r"^(geom|body|dof|jnt|actuator):([^/]+)/([a-z_0-9]+)(?:\[(\d+)\])?$")
+_OBJ = {
+    "geom": mujoco.mjtObj.mjOBJ_GEOM,
+    "body": mujoco.mjtObj.mjOBJ_BODY,
+    "dof": mujoco.mjtObj.mjOBJ_JOINT,
+    "jnt": mujoco.mjtObj.mjOBJ_JOINT,
+    "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
+}
+_INERTIAL = {("body", "mass"), ("body", "inertia"), ("body", "ipos"), ("dof", "armature")}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One physical parameter: a value written to every target address.
+
+    Attributes:
+        name: short name used in reports (e.g. ``"block_friction"``).
+        targets: model addresses the value is written to (see module docstring).
+        low, high: hard bounds; values outside are an error.
+        nominal: the value the nominal twin uses.
+        prior_std: standard deviation of the Gaussian prior around ``nominal``
+            (default: a quarter of the bound width).
+    """
+
+    name: str
+    targets: tuple[str, ...]
+    low: float
+    high: float
+    nominal: float
+    prior_std: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.targets, str):
+            object.__setattr__(self, "targets", (self.targets,))
+        if not self.targets:
+            raise TwinloopError(f"param {self.name!r} has no targets")
+        for t in self.targets:
+            if not _ADDRESS.match(t):
+                raise TwinloopError(
+                    f"param {self.name!r}: cannot parse address {t!r}; expected KIND:NAME/FIELD[i] "
+                    f"with KIND one of {', '.join(_OBJ)}"
+                )
+        if not (np.isfinite(self.low) and np.isfinite(self.high) and self.low < self.high):
+            raise TwinloopError(f"param {self.name!r}: need finite low < high, got [{self.low}, {self.high}]")
+        if not self.low <= self.nominal <= self.high:
+            raise TwinloopError(f"param {self.name!r}: nominal {self.nominal} outside [{self.low}, {self.high}]")
+
+    @property
+    def std(self) -> float:
+        return self.prior_std if self.prior_std is not None else (self.high - self.low) / 4
+
+
+@dataclass(frozen=True)
+class _Slot:
+    kind: str
+    field: str
+    attr: str
+    row: int
+    col: int | None
+
+
+@dataclass(frozen=True)
+class ParamSpace:
+    """An ordered set of :class:`Param`; values are vectors of length ``len(space)``."""
+
+    params: tuple[Param, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", tuple(self.params))
+        names = [p.name for p in self.params]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise TwinloopError(f"duplicate parameter names: {sorted(dup)}")
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    def __iter__(self):
+        return iter(self.params)
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+    @property
+    def low(self) -> np.ndarray:
+        return np.array([p.low for p in self.params])
+
+    @property
+    def high(self) -> np.ndarray:
+        return np.array([p.high for p in self.params])
+
+    @property
+    def nominal(self) -> np.ndarray:
+        return np.array([p.nominal for p in self.params])
+
+    @property
+    def prior_std(self) -> np.ndarray:
+        return np.array([p.std for p in self.params])
+
+    def subset(self, names: Sequence[str]) -> ParamSpace:
+        """The parameters named in ``names``, in that order."""
+        by = {p.name: p for p in self.params}
+        missing = [n for n in names if n not in by]
+        if missing:
+            raise TwinloopError(f"unknown parameter(s) {missing}; this space has {self.names}")
+        return ParamSpace(tuple(by[n] for n in names))
+
+    def with_nominal(self, values) -> ParamSpace:
+        """A copy whose nominal values are ``values`` (e.g. a calibrated estimate)."""
+        v = self.check(values)
+        return ParamSpace(tuple(Param(p.name, p.targets, p.low, p.high, float(x), p.prior_std) for p, x in zip(self.params, v)))
+
+    def check(self, values, name: str = "params") -> np.ndarray:
+        """Validate a value vector ``(n,)`` or batch ``(P, n)``: shape, finiteness and bounds."""
+        v = as_array(values, name)
+        if v.shape[-1] != len(self) or v.ndim not in (1, 2):
+            raise TwinloopError(f"{name} must have shape ({len(self)},) or (P, {len(self)}) for {self.names}, got {v.shape}")
+        lo, hi = self.low, self.high
+        bad = (v < lo) | (v > hi)
+        if bad.any():
+            j = int(np.argwhere(bad)[0][-1])
+            x = float(v.reshape(-1, len(self))[np.any(bad.reshape(-1, len(self)), axis=1)][0, j])
+            raise TwinloopError(f"{name}: {self.params[j].name}={x:g} is outside its bounds [{lo[j]:g}, {hi[j]:g}]")
+        return v
+
+    def sample_prior(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``(n, len(self))`` draws from the Gaussian prior, clipped to the bounds."""
+        x = self.nominal + rng.standard_normal((n, len(self))) * self.prior_std
+        return np.clip(x, self.low, self.high)
+
+    # -- model access ----------------------------------------------------------------------
+
+    def _slots(self, model: mujoco.MjModel) -> list[list[_Slot]]:
+        out = []
+        for p in self.params:
+            slots = []
+            for t in p.targets:
+                kind, obj, fld, idx = _ADDRESS.match(t).groups()
+                oid = mujoco.mj_name2id(model, _OBJ[kind], obj)
+                if oid < 0:
+                    raise TwinloopError(f"param {p.name!r}: no {kind} named {obj!r} in the model ({t})")
+                col = None if idx is None else int(idx)
+                row = oid
+                if kind == "actuator" and fld in ("kp", "kv"):
+                    attr = "actuator_gainprm" if fld == "kp" else "actuator_biasprm"
+                    col = 0 if fld == "kp" else 2
+                elif kind == "dof":
+                    attr, row = f"dof_{fld}", int(model.jnt_dofadr[oid])
+                else:
+                    attr = f"{kind}_{fld}"
+                if not hasattr(model, attr):
+                    raise TwinloopError(f"param {p.name!r}: model has no field {attr!r} ({t})")
+                arr = getattr(model, attr)
+                if arr.ndim == 2 and col is None and arr.shape[1] > 1:
+                    raise TwinloopError(f"param {p.name!r}: {attr} has {arr.shape[1]} columns; give an index like {t}[0]")
+                if col is not None and (arr.ndim == 1 or col >= arr.shape[1]):
+                    raise TwinloopError(f"param {p.name!r}: index [{col}] out of range for {attr} ({t})")
+                slots.append(_Slot(kind, fld, attr, row, col))
+            out.append(slots)
+        return out
+
+    def read(self, model: mujoco.MjModel) -> np.ndarray:
+        """The current values of the parameters in ``model`` (first target of each)."""
+        vals = []
+        for slots in self._slots(model):
+            s = slots[0]
+            arr = getattr(model, s.attr)
+            v = arr[s.row] if s.col is None else arr[s.row, s.col]
+            vals.append(-float(v) if (s.kind, s.field) == ("actuator", "kv") else float(np.ravel(v)[0]))
+        return np.array(vals)
+
+    def apply(self, model: mujoco.MjModel, values) -> mujoco.MjModel:
+        """A copy of ``model`` with ``values`` written to every target (derived constants refreshed)."""
+        v = self.check(values, "param values")
+        if v.ndim != 1:
+            raise TwinloopError(f"apply takes one value vector ({len(self)},), got {v.shape}; use models() for a batch")
+        m = _copy_model(model)
+        inertial = False
+        for x, slots in zip(v, self._slots(m)):
+            for s in slots:
+                arr = getattr(m, s.attr)
+                if (s.kind, s.field) == ("body", "mass"):
+                    old = float(arr[s.row])
+                    if old > 0:
+                        m.body_inertia[s.row] *= x / old
+                    arr[s.row] = x
+                elif (s.kind, s.field) == ("actuator", "kp"):
+                    m.actuator_gainprm[s.row, 0] = x
+                    m.actuator_biasprm[s.row, 1] = -x
+                elif (s.kind, s.field) == ("actuator", "kv"):
+                    m.actuator_biasprm[s.row, 2] = -x
+                elif s.col is None:
+                    arr[s.row] = x
+                else:
+                    arr[s.row, s.col] = x
+                inertial |= (s.kind, s.field) in _INERTIAL
+        if inertial:
+            mujoco.mj_setConst(m, mujoco.MjData(m))
+        return m
+
+    def models(self, model: mujoco.MjModel, values) -> list[mujoco.MjModel]:
+        """One model per row of ``values`` ``(P, n)``."""
+        v = self.check(values, "param values")
+        return [self.apply(model, row) for row in np.atleast_2d(v)]
+
+
+def _copy_model(model: mujoco.MjModel) -> mujoco.MjModel:
+    import copy
+
+    return copy.copy(model)

@@ -1,0 +1,47 @@
+"""Model-predictive path integral control (MPPI), prior-guided.
+
+Sampling mean: ``mu = a * prior + (1 - a) * warm`` when a base proposal is given (``a`` =
+``prior_weight``), else the warm start. Candidates ``U_k ~ N(mu, sigma^2)``. Update:
+
+    w_k = exp(-(J_k - min J) / (lambda * (max J - min J)))  /  sum_j (...)
+    mu' = sum_k w_k U_k
+
+``lambda`` (``temperature``) is relative to the spread of costs, so it needs no retuning
+when a task's cost scale changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from twinloop.errors import TwinloopError
+from twinloop.plan.base import OptState, gaussian, initial_std
+
+
+@dataclass(frozen=True)
+class MPPI:
+    noise: float = 0.3
+    temperature: float = 0.1
+    prior_weight: float = 0.5
+    name: str = "mppi"
+
+    def __post_init__(self):
+        if self.temperature <= 0 or self.noise <= 0 or not 0 <= self.prior_weight <= 1:
+            raise TwinloopError(
+                f"MPPI needs temperature > 0, noise > 0 and 0 <= prior_weight <= 1, got {self}"
+            )
+
+    def init(self, warm, prior, low, high) -> OptState:
+        mean = warm if prior is None else self.prior_weight * prior + (1 - self.prior_weight) * warm
+        return OptState(mean=mean, std=initial_std(self.noise, low, high, len(warm)), low=low, high=high, prior=prior)
+
+    def sample(self, state, rng, n):
+        return gaussian(state, rng, n)
+
+    def update(self, state, candidates, costs):
+        spread = max(float(costs.max() - costs.min()), 1e-12)
+        w = np.exp(-(costs - costs.min()) / (self.temperature * spread))
+        w /= w.sum()
+        return state.with_(mean=np.einsum("k,knu->nu", w, candidates))

@@ -1,0 +1,32 @@
+"""Predictive sampling: Gaussian perturbations of the current plan; keep the best.
+
+    U_k ~ N(mu, sigma^2),   mu' = argmin_k J(U_k)   (the current mu is always a candidate)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from twinloop.errors import TwinloopError
+from twinloop.plan.base import OptState, gaussian, initial_std
+
+
+@dataclass(frozen=True)
+class PredictiveSampling:
+    noise: float = 0.3
+    name: str = "predictive"
+
+    def __post_init__(self):
+        if self.noise <= 0:
+            raise TwinloopError(f"predictive sampling needs noise > 0, got {self.noise}")
+
+    def init(self, warm, prior, low, high) -> OptState:
+        return OptState(mean=warm, std=initial_std(self.noise, low, high, len(warm)), low=low, high=high, prior=prior)
+
+    def sample(self, state, rng, n):
+        return gaussian(state, rng, n)
+
+    def update(self, state, candidates, costs):
+        return state.with_(mean=candidates[int(np.argmin(costs))].copy())

@@ -1,0 +1,161 @@
+"""Plans: action sequences stored as spline knots over the horizon.
+
+A plan has N knots at times ``linspace(0, horizon, N)``. The world receives one action per
+control tick and holds it (zero-order hold), so the twin does the same: the spline is
+evaluated at the H tick times and each value is held for ``substeps`` physics steps.
+Evaluation is a fixed linear map of the knots (``W @ knots``), so a batch of K plans is one
+matrix product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.interpolate import CubicSpline
+
+from twinloop.errors import TwinloopError, as_array, choose
+
+KINDS = ("zero", "linear", "cubic")
+
+
+def interpolation_matrix(knot_times: np.ndarray, t: np.ndarray, kind: str) -> np.ndarray:
+    """``W`` with ``values(t) = W @ knots`` for the given spline kind; shape ``(len(t), N)``.
+
+    Times past the last knot hold the last value (no extrapolation).
+    """
+    choose("spline kind", kind, KINDS)
+    n = len(knot_times)
+    t = np.clip(t, knot_times[0], knot_times[-1])
+    if n == 1:
+        return np.ones((len(t), 1))
+    if kind == "zero":
+        idx = np.clip(np.searchsorted(knot_times, t, side="right") - 1, 0, n - 1)
+        return np.eye(n)[idx]
+    if kind == "linear":
+        return np.stack([np.interp(t, knot_times, e) for e in np.eye(n)], axis=1)
+    if n < 3:
+        return interpolation_matrix(knot_times, t, "linear")
+    # a clamped cubic is linear in the knot values, so its matrix is the image of the identity
+    return CubicSpline(knot_times, np.eye(n), bc_type="clamped")(t)
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """How a plan is laid out in time.
+
+    Attributes:
+        horizon_ticks: H, control ticks covered by the plan.
+        control_period: seconds per tick.
+        substeps: physics steps per tick.
+        n_knots: N spline knots over the horizon.
+        kind: ``zero`` | ``linear`` | ``cubic``.
+        low, high: ``(nu,)`` action bounds.
+    """
+
+    horizon_ticks: int
+    control_period: float
+    substeps: int
+    n_knots: int
+    kind: str
+    low: np.ndarray
+    high: np.ndarray
+
+    def __post_init__(self):
+        choose("spline kind", self.kind, KINDS)
+        if self.horizon_ticks < 1 or self.substeps < 1 or self.n_knots < 1:
+            raise TwinloopError(
+                f"horizon_ticks, substeps and n_knots must be >= 1, got {self.horizon_ticks}, {self.substeps}, {self.n_knots}"
+            )
+        lo, hi = np.asarray(self.low, float), np.asarray(self.high, float)
+        if lo.shape != hi.shape or lo.ndim != 1 or np.any(lo >= hi):
+            raise TwinloopError(f"action bounds need low < high, same shape (nu,), got {lo} and {hi}")
+        object.__setattr__(self, "low", lo)
+        object.__setattr__(self, "high", hi)
+
+    @property
+    def nu(self) -> int:
+        return len(self.low)
+
+    @property
+    def horizon(self) -> float:
+        return self.horizon_ticks * self.control_period
+
+    @property
+    def knot_times(self) -> np.ndarray:
+        # the last tick starts at (H-1) * period; knots span the ticks, not the final instant
+        return np.linspace(0.0, (self.horizon_ticks - 1) * self.control_period, self.n_knots)
+
+    @property
+    def tick_times(self) -> np.ndarray:
+        return np.arange(self.horizon_ticks) * self.control_period
+
+    def tick_matrix(self) -> np.ndarray:
+        """``(H, N)`` map from knots to the action at each tick."""
+        return interpolation_matrix(self.knot_times, self.tick_times, self.kind)
+
+    def shift_matrix(self, dt: float) -> np.ndarray:
+        """``(N, N)`` map from knots to the knots of the same plan started ``dt`` later."""
+        return interpolation_matrix(self.knot_times, self.knot_times + dt, self.kind)
+
+    def fit_matrix(self) -> np.ndarray:
+        """``(N, H)`` least-squares map from per-tick actions to knots."""
+        return np.linalg.pinv(self.tick_matrix())
+
+
+class PlanBasis:
+    """Precomputed maps for one :class:`PlanSpec`: knots -> tick actions -> physics controls."""
+
+    def __init__(self, spec: PlanSpec):
+        self.spec = spec
+        self.W = spec.tick_matrix()
+        self.shift = spec.shift_matrix(spec.control_period)
+        self.fit = spec.fit_matrix()
+
+    def ticks(self, knots: np.ndarray) -> np.ndarray:
+        """``(..., N, nu)`` knots -> ``(..., H, nu)`` actions per tick, clipped to bounds."""
+        a = np.einsum("hn,...nu->...hu", self.W, knots)
+        return np.clip(a, self.spec.low, self.spec.high)
+
+    def controls(self, knots: np.ndarray) -> np.ndarray:
+        """``(K, N, nu)`` knots -> ``(K, H*substeps, nu)`` controls per physics step."""
+        return np.repeat(self.ticks(knots), self.spec.substeps, axis=-2)
+
+    def knots_from_ticks(self, actions: np.ndarray) -> np.ndarray:
+        """``(H', nu)`` per-tick actions (padded/truncated to H by holding) -> ``(N, nu)`` knots."""
+        a = as_array(actions, "actions")
+        if a.ndim != 2 or a.shape[1] != self.spec.nu:
+            raise TwinloopError(f"action chunk must have shape (H, {self.spec.nu}), got {a.shape}")
+        H = self.spec.horizon_ticks
+        if len(a) < H:
+            a = np.concatenate([a, np.repeat(a[-1:], H - len(a), axis=0)])
+        a = np.clip(a[:H], self.spec.low, self.spec.high)
+        if self.spec.kind == "zero" and self.spec.n_knots == H:
+            return a.copy()
+        return np.clip(self.fit @ a, self.spec.low, self.spec.high)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An action sequence: ``knots (N, nu)`` under a :class:`PlanSpec`."""
+
+    knots: np.ndarray
+    spec: PlanSpec
+
+    def actions(self) -> np.ndarray:
+        """``(H, nu)`` action per control tick."""
+        return PlanBasis(self.spec).ticks(self.knots)
+
+    def first_action(self) -> np.ndarray:
+        return self.actions()[0]
+
+    def shifted(self, ticks: int = 1) -> Plan:
+        """The same plan started ``ticks`` control periods later (warm start for the next tick)."""
+        k = self.knots
+        S = self.spec.shift_matrix(self.spec.control_period * ticks)
+        return replace(self, knots=np.clip(S @ k, self.spec.low, self.spec.high))
+
+    @staticmethod
+    def constant(spec: PlanSpec, action) -> Plan:
+        a = np.clip(as_array(action, "action", (spec.nu,)), spec.low, spec.high)
+        return Plan(np.tile(a, (spec.n_knots, 1)), spec)

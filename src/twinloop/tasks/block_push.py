@@ -1,0 +1,126 @@
+"""block-push: push an 8 cm cube to a target position and yaw (the Real-Sim-Real setting).
+
+Frame: metres, table centre at the origin, z up. The pusher is a 15 mm sphere on an XY
+stage, driven by PD position actuators toward the commanded target (the action, metres).
+
+Observation (10,): pusher x, y; block x, y, yaw; pusher vx, vy; block vx, vy, yaw rate.
+Twin state: qpos = [pusher_x, pusher_y, block_x, block_y, block_z, block_yaw], qvel alike.
+Success: block within 1.5 cm and 0.15 rad of the goal.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from twinloop.params import Param, ParamSpace
+from twinloop.tasks.base import Residual, Task, Traj
+
+
+def wrap(a: np.ndarray) -> np.ndarray:
+    """Angle(s) wrapped to (-pi, pi]."""
+    return np.arctan2(np.sin(a), np.cos(a))
+
+
+def _yaw_residual(yaw: np.ndarray, goal: float, symmetry: int) -> np.ndarray:
+    # a cube is 4-fold symmetric: any of its 4 faces forward is the same pose
+    return wrap(symmetry * (yaw - goal)) / symmetry
+
+
+class BlockPush(Task):
+    name = "block-push"
+    xml = "block_push.xml"
+    control_period = 0.1
+    horizon = 1.0
+    max_ticks = 80
+    obs_names = ("pusher_x", "pusher_y", "block_x", "block_y", "block_yaw",
+                 "pusher_vx", "pusher_vy", "block_vx", "block_vy", "block_wz")
+    half = 0.04  # cube half-size (m)
+    pusher_radius = 0.015
+    pos_tol = 0.015
+    yaw_tol = 0.15
+
+    def __init__(self, goal=(0.10, 0.0, 0.0)):
+        self.goal = np.asarray(goal, dtype=float)
+        self.action_low = np.array([-0.3, -0.3])
+        self.action_high = np.array([0.3, 0.3])
+
+    # -- cost --------------------------------------------------------------------------------
+
+    def residuals(self) -> tuple[Residual, ...]:
+        g = self.goal
+
+        def pos(t: Traj):
+            return (t.qpos[..., 1:, 2:4] - g[:2]) / 0.05
+
+        def yaw(t: Traj):
+            return _yaw_residual(t.qpos[..., 1:, 5:6], g[2], 4) / 0.2
+
+        def reach(t: Traj):
+            # pusher distance to the block surface (rough, via the centre), beyond a margin
+            d = np.linalg.norm(t.qpos[..., 1:, 0:2] - t.qpos[..., 1:, 2:4], axis=-1, keepdims=True)
+            return np.maximum(d - (self.half + self.pusher_radius + 0.01), 0.0) / 0.05
+
+        def effort(t: Traj):
+            # commanded target far ahead of the pusher means fast, impact-prone motion
+            return (t.ctrl - t.qpos[..., :-1, 0:2]) / 0.1
+
+        def final_pos(t: Traj):
+            return (t.qpos[..., -1, 2:4] - g[:2]) / 0.02
+
+        def final_yaw(t: Traj):
+            return _yaw_residual(t.qpos[..., -1, 5:6], g[2], 4) / 0.1
+
+        return (
+            Residual("block_position", 1.0, pos),
+            Residual("block_yaw", 0.3, yaw),
+            Residual("reach", 0.5, reach),
+            Residual("effort", 0.05, effort),
+            Residual("final_position", 0.5, final_pos, terminal=True),
+            Residual("final_yaw", 0.2, final_yaw, terminal=True),
+        )
+
+    # -- episodes ----------------------------------------------------------------------------
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        bx = rng.uniform(-0.12, -0.06)
+        by = rng.uniform(-0.06, 0.06)
+        yaw = rng.uniform(-0.4, 0.4)
+        px = bx - rng.uniform(0.08, 0.12)
+        py = by + rng.uniform(-0.05, 0.05)
+        qpos = np.array([px, py, bx, by, 0.0, yaw])
+        return np.concatenate([qpos, np.zeros(self.model.nv)])
+
+    def hold_action(self, state: np.ndarray) -> np.ndarray:
+        """The action that keeps the pusher where it is."""
+        return np.clip(state[0:2], self.action_low, self.action_high)
+
+    def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+        q, v = data.qpos, data.qvel
+        return np.array([q[0], q[1], q[2], q[3], q[5], v[0], v[1], v[2], v[3], v[5]])
+
+    def state_from_obs(self, obs) -> np.ndarray:
+        o = self.check_obs(obs)
+        qpos = np.array([o[0], o[1], o[2], o[3], 0.0, o[4]])
+        qvel = np.array([o[5], o[6], o[7], o[8], 0.0, o[9]])
+        return np.concatenate([qpos, qvel])
+
+    def error(self, qpos: np.ndarray) -> np.ndarray:
+        """Block position error (m) plus yaw error (rad) scaled by the half-size (m)."""
+        q = np.asarray(qpos)
+        e_pos = np.linalg.norm(q[..., 2:4] - self.goal[:2], axis=-1)
+        e_yaw = np.abs(_yaw_residual(q[..., 5], self.goal[2], 4))
+        return e_pos + self.half * e_yaw
+
+    def success(self, qpos: np.ndarray) -> bool:
+        q = np.asarray(qpos)
+        e_pos = np.linalg.norm(q[2:4] - self.goal[:2])
+        e_yaw = abs(float(_yaw_residual(q[5], self.goal[2], 4)))
+        return bool(e_pos < self.pos_tol and e_yaw < self.yaw_tol)
+
+    def param_space(self) -> ParamSpace:
+        return ParamSpace((
+            Param("block_friction", ("geom:block/friction[0]", "geom:floor/friction[0]"), 0.05, 1.5, 0.5),
+            Param("block_mass", ("body:block/mass",), 0.05, 3.0, 0.5),
+            Param("block_damping", ("dof:block_x/damping", "dof:block_y/damping"), 0.0, 2.0, 0.05, 0.1),
+        ))

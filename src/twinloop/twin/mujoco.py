@@ -1,0 +1,184 @@
+"""The embedded default twin: CPU MuJoCo, batched through ``mujoco.rollout`` threads.
+
+No per-step Python: one ``Rollout.rollout`` call simulates all P x K trajectories on a
+persistent thread pool (one ``MjData`` per thread), writing into reused output buffers.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mujoco
+import numpy as np
+from mujoco import rollout as mj_rollout
+
+from twinloop.errors import TwinloopError, as_array
+from twinloop.params import ParamSpace
+from twinloop.twin.base import Rollouts
+
+_FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
+_CTRL = mujoco.mjtState.mjSTATE_CTRL.value
+
+
+def state_size(model: mujoco.MjModel) -> int:
+    """Length of a twin state ``[qpos, qvel, act]``."""
+    return model.nq + model.nv + model.na
+
+
+class MujocoTwin:
+    """Rolls out batches of control sequences in CPU MuJoCo.
+
+    Args:
+        model: the nominal model.
+        param_space: parameters that ``rollout(..., params=)`` may vary per particle.
+        nthread: rollout threads (default: the machine's cores).
+        max_speed: a rollout with any ``|qvel|`` above this is flagged unstable.
+    """
+
+    name = "mujoco"
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        param_space: ParamSpace | None = None,
+        nthread: int | None = None,
+        max_speed: float = 1e3,
+    ):
+        if not isinstance(model, mujoco.MjModel):
+            raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+        self.model = model
+        self.param_space = param_space or ParamSpace(())
+        self.nthread = int(nthread or os.cpu_count() or 1)
+        if self.nthread < 1:
+            raise TwinloopError(f"nthread must be >= 1, got {nthread}")
+        self.max_speed = max_speed
+        self.dt = float(model.opt.timestep)
+        self.nu = model.nu
+        self.nstate = state_size(model)
+        self._pool = mj_rollout.Rollout(nthread=self.nthread)
+        self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
+        self._scratch = mujoco.MjData(model)
+        self._nfull = mujoco.mj_stateSize(model, _FULL)
+        # index of qpos / qvel / act inside the full physics state (time comes first)
+        self._iq = 1
+        self._iv = 1 + model.nq
+        self._ia = 1 + model.nq + model.nv
+        self._param_key: bytes | None = None
+        self._models: list[mujoco.MjModel] = [model]
+        self._buffers: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __del__(self):
+        try:
+            self._pool.close()
+        except Exception:
+            pass
+
+    # -- parameters --------------------------------------------------------------------------
+
+    def models_for(self, params: np.ndarray | None) -> list[mujoco.MjModel]:
+        """One compiled model per parameter particle (cached while ``params`` is unchanged)."""
+        if params is None:
+            return [self.model]
+        p = self.param_space.check(np.atleast_2d(params), "params")
+        key = p.tobytes()
+        if key != self._param_key:
+            self._models = self.param_space.models(self.model, p)
+            self._param_key = key
+        return self._models
+
+    # -- rollout ------------------------------------------------------------------------------
+
+    def full_state(self, state: np.ndarray, model: mujoco.MjModel | None = None) -> np.ndarray:
+        """The engine's full physics state (time = 0) for a twin state ``[qpos, qvel, act]``."""
+        m = model or self.model
+        d = self._scratch
+        mujoco.mj_resetData(m, d)
+        d.qpos[:] = state[: m.nq]
+        d.qvel[:] = state[m.nq : m.nq + m.nv]
+        if m.na:
+            d.act[:] = state[m.nq + m.nv :]
+        out = np.empty(self._nfull)
+        mujoco.mj_getState(m, d, out, _FULL)
+        return out
+
+    def _sensors_at(self, model: mujoco.MjModel, full: np.ndarray) -> np.ndarray:
+        d = self._scratch
+        mujoco.mj_setState(model, d, full, _FULL)
+        mujoco.mj_forward(model, d)
+        return d.sensordata.copy()
+
+    def rollout(self, state, ctrl, params=None) -> Rollouts:
+        """Simulate K control sequences from ``state`` under each parameter particle.
+
+        Args:
+            state: ``(nstate,)`` twin state ``[qpos, qvel, act]``.
+            ctrl: ``(K, T, nu)`` controls per physics step (or ``(T, nu)`` for K=1).
+            params: ``None`` for the nominal model, or ``(P, n_params)`` particle values.
+
+        Returns:
+            :class:`Rollouts` with arrays ``(P, K, T+1, ...)``.
+        """
+        s = as_array(state, "state", (self.nstate,))
+        u = as_array(ctrl, "ctrl")
+        if u.ndim == 2:
+            u = u[None]
+        if u.ndim != 3 or u.shape[2] != self.nu:
+            raise TwinloopError(f"ctrl must have shape (K, T, {self.nu}), got {np.shape(ctrl)}")
+        K, T, _ = u.shape
+        models = self.models_for(params)
+        P = len(models)
+        n = P * K
+        full0 = np.stack([self.full_state(s, m) for m in models])  # (P, nfull)
+        init = np.repeat(full0, K, axis=0)
+        batch_models = self._batch_models(models, K)
+        u_batch = np.ascontiguousarray(np.broadcast_to(u[None], (P, K, T, self.nu)).reshape(n, T, self.nu))
+        st, sd = self._buffer(n, T)
+        # shapes are validated above, so skip the wrapper's per-model Python checks
+        self._pool.rollout(
+            batch_models, self._datas, init, u_batch, control_spec=_CTRL,
+            skip_checks=True, nstep=T, state=st, sensordata=sd,
+        )
+        return self._package(full0, st, sd, u, P, K, T, models)
+
+    def _batch_models(self, models: list[mujoco.MjModel], K: int) -> list[mujoco.MjModel]:
+        key = (id(models), len(models), K)
+        if getattr(self, "_batch_key", None) != key:
+            self._batch_list = [m for m in models for _ in range(K)]
+            self._batch_key = key
+        return self._batch_list
+
+    def _buffer(self, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
+        key = (n, T)
+        if key not in self._buffers:
+            if len(self._buffers) > 8:
+                self._buffers.clear()
+            self._buffers[key] = (
+                np.empty((n, T, self._nfull)),
+                np.empty((n, T, self.model.nsensordata)),
+            )
+        return self._buffers[key]
+
+    def _package(self, full0, st, sd, u, P, K, T, models) -> Rollouts:
+        m = self.model
+        st = st.reshape(P, K, T, self._nfull)
+        sd = sd.reshape(P, K, T, m.nsensordata)
+        qpos = np.empty((P, K, T + 1, m.nq))
+        qvel = np.empty((P, K, T + 1, m.nv))
+        sens = np.empty((P, K, T + 1, m.nsensordata))
+        qpos[:, :, 0] = full0[:, None, self._iq : self._iv]
+        qvel[:, :, 0] = full0[:, None, self._iv : self._ia]
+        qpos[:, :, 1:] = st[..., self._iq : self._iv]
+        qvel[:, :, 1:] = st[..., self._iv : self._ia]
+        if m.nsensordata:
+            sens[:, :, 0] = np.stack([self._sensors_at(mm, f) for mm, f in zip(models, full0)])[:, None]
+            sens[:, :, 1:] = sd
+        # mujoco.rollout stops a diverged trajectory and repeats its last state, so time stops
+        # advancing; that, non-finite values and runaway speed all mark a rollout unstable.
+        expected_end = self.dt * T
+        ok = np.abs(st[..., -1, 0] - expected_end) < 0.5 * self.dt
+        ok &= np.isfinite(st).all(axis=(2, 3))
+        ok &= (np.abs(qvel) <= self.max_speed).all(axis=(2, 3))
+        return Rollouts(qpos=qpos, qvel=qvel, sensordata=sens, ctrl=u, ok=ok, dt=self.dt)

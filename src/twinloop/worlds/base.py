@@ -1,0 +1,83 @@
+"""The world protocol and the simplest world: the task's own scene, stepped in MuJoCo.
+
+A world is what the robot really acts in::
+
+    obs = world.reset(seed)
+    obs, info = world.step(action)     # holds ``action`` for one control period
+
+``info`` carries at least ``time`` (s) and, for simulated worlds, ``qpos``/``qvel`` (the
+hidden true state, used by benchmarks and success tests, never by controllers).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import mujoco
+import numpy as np
+
+from twinloop.errors import TwinloopError, as_array
+from twinloop.tasks.base import Task
+
+
+class World(Protocol):
+    task: Task
+
+    def reset(self, seed: int) -> np.ndarray: ...
+
+    def step(self, action) -> tuple[np.ndarray, dict]: ...
+
+
+class SimWorld:
+    """The task's scene in CPU MuJoCo: the nominal twin acting as the world.
+
+    Subclasses change ``self.model`` (hidden physics) and override ``_observe`` / ``_actuate``
+    (noise, delay).
+    """
+
+    name = "nominal"
+
+    def __init__(self, task: Task, model: mujoco.MjModel | None = None):
+        self.task = task
+        self.model = model if model is not None else task.model
+        self.data = mujoco.MjData(self.model)
+        self.substeps = int(round(task.control_period / self.model.opt.timestep))
+        self.rng = np.random.default_rng(0)
+        self.t = 0
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.rng = np.random.default_rng(seed)
+        state = self.task.initial_state(np.random.default_rng([seed, 0]))
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)
+        d.qpos[:] = state[: m.nq]
+        d.qvel[:] = state[m.nq : m.nq + m.nv]
+        d.ctrl[:] = self.task.hold_action(state) if hasattr(self.task, "hold_action") else 0.0
+        mujoco.mj_forward(m, d)
+        self.t = 0
+        return self._observe()
+
+    def step(self, action) -> tuple[np.ndarray, dict]:
+        a = as_array(action, "action", (self.model.nu,))
+        lo, hi = self.task.action_low, self.task.action_high
+        if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
+            raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        self.data.ctrl[:] = self._actuate(a)
+        for _ in range(self.substeps):
+            mujoco.mj_step(self.model, self.data)
+        self.t += 1
+        return self._observe(), self.info()
+
+    def info(self) -> dict:
+        d = self.data
+        return {"time": self.t * self.task.control_period, "qpos": d.qpos.copy(), "qvel": d.qvel.copy()}
+
+    def true_state(self) -> np.ndarray:
+        d = self.data
+        return np.concatenate([d.qpos, d.qvel, d.act])
+
+    def _observe(self) -> np.ndarray:
+        return self.task.obs_from_data(self.model, self.data)
+
+    def _actuate(self, action: np.ndarray) -> np.ndarray:
+        return action
