@@ -14,6 +14,7 @@ proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +23,7 @@ from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose
 from twinloop.plan import RISKS, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
 from twinloop.tasks.base import Task
-from twinloop.twin.base import Twin
+from twinloop.twin.base import Rollouts, Twin
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,13 @@ class Refiner:
         params: ``None`` (nominal twin) or ``(P, n)`` parameter particles to evaluate every
             candidate under (domain randomization; costs aggregated by ``config.risk``).
         keep_rollouts: keep the last iteration's rollouts in the result (for videos).
+        extra_costs: functions ``f(rollouts) -> (K,)`` added to the aggregated cost (e.g. an
+            information-gain bonus across parameter particles). Non-finite values are ignored.
     """
 
     def __init__(self, task: Task, twin: Twin, optimizer: Optimizer, config: RefinerConfig | None = None,
-                 params: np.ndarray | None = None, keep_rollouts: bool = False):
+                 params: np.ndarray | None = None, keep_rollouts: bool = False,
+                 extra_costs: Sequence[Callable[[Rollouts], np.ndarray]] = ()):
         self.task, self.twin, self.optimizer = task, twin, optimizer
         self.config = config or RefinerConfig()
         if twin.nu != task.nu:
@@ -117,6 +121,7 @@ class Refiner:
         self.basis = PlanBasis(self.spec)
         self.params = None if params is None else twin.param_space.check(np.atleast_2d(params), "params")
         self.keep_rollouts = keep_rollouts
+        self.extra_costs = tuple(extra_costs)
         self.rng = np.random.default_rng(self.config.seed)
 
     def reseed(self, seed: int) -> None:
@@ -137,7 +142,13 @@ class Refiner:
         """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``."""
         r = self.twin.rollout(state, self.basis.controls(knots), self.params)
         costs = self.task.cost(r)
-        return r, aggregate(costs, r.ok, self.config.risk, self.config.cvar_alpha)
+        agg = aggregate(costs, r.ok, self.config.risk, self.config.cvar_alpha)
+        for f in self.extra_costs:
+            extra = np.asarray(f(r), dtype=float)
+            if extra.shape != agg.shape:
+                raise TwinloopError(f"extra cost {f!r} returned shape {extra.shape}, expected {agg.shape}")
+            agg = agg + np.where(np.isfinite(extra), extra, 0.0)
+        return r, agg
 
     def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
                proposals: np.ndarray | None = None) -> RefineResult:

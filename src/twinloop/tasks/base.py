@@ -53,6 +53,7 @@ class Task:
     control_period: float = 0.1
     horizon: float = 1.0  # default planning horizon (s)
     max_ticks: int = 100  # episode length in control ticks
+    cost_stride: int = 5  # running costs read every n-th physics step (costs, not physics, get coarser)
     action_low: np.ndarray
     action_high: np.ndarray
     obs_names: tuple[str, ...] = ()
@@ -101,8 +102,18 @@ class Task:
         return out
 
     def cost(self, rollouts: Rollouts) -> np.ndarray:
-        """``(P, K)`` total cost of each rollout."""
-        traj = Traj(rollouts.qpos, rollouts.qvel, rollouts.sensordata, rollouts.ctrl[None])
+        """``(P, K)`` total cost of each rollout.
+
+        Residuals are read every ``cost_stride`` physics steps (the final state is always
+        included): rollouts are simulated at full rate, only the cost is sampled coarser.
+        """
+        n = self.cost_stride
+        T = rollouts.ctrl.shape[-2]
+        if n > 1 and T % n == 0:
+            traj = Traj(rollouts.qpos[..., ::n, :], rollouts.qvel[..., ::n, :],
+                        rollouts.sensordata[..., ::n, :], rollouts.ctrl[None, :, ::n, :])
+        else:
+            traj = Traj(rollouts.qpos, rollouts.qvel, rollouts.sensordata, rollouts.ctrl[None])
         return sum(self.cost_terms(traj).values())
 
     # -- episodes ----------------------------------------------------------------------------

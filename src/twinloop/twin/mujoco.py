@@ -78,10 +78,20 @@ class MujocoTwin:
 
     # -- parameters --------------------------------------------------------------------------
 
-    def models_for(self, params: np.ndarray | None) -> list[mujoco.MjModel]:
-        """One compiled model per parameter particle (cached while ``params`` is unchanged)."""
+    def models_for(self, params) -> list[mujoco.MjModel]:
+        """One model per parameter particle (cached while ``params`` is unchanged).
+
+        ``params`` is ``None`` (nominal), ``(P, n)`` values of the param space, or a list of
+        ``MjModel`` of the same scene (e.g. built by hand for domain randomization).
+        """
         if params is None:
             return [self.model]
+        if isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel):
+            for i, m in enumerate(params):
+                if not isinstance(m, mujoco.MjModel) or (m.nq, m.nv, m.nu, m.na, m.nsensordata) != (
+                    self.model.nq, self.model.nv, self.model.nu, self.model.na, self.model.nsensordata):
+                    raise TwinloopError(f"params[{i}] is not a model of the same scene (nq, nv, nu, na, nsensordata differ)")
+            return list(params)
         p = self.param_space.check(np.atleast_2d(params), "params")
         key = p.tobytes()
         if key != self._param_key:
@@ -116,7 +126,8 @@ class MujocoTwin:
         Args:
             state: ``(nstate,)`` twin state ``[qpos, qvel, act]``.
             ctrl: ``(K, T, nu)`` controls per physics step (or ``(T, nu)`` for K=1).
-            params: ``None`` for the nominal model, or ``(P, n_params)`` particle values.
+            params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
+                list of P models of the same scene.
 
         Returns:
             :class:`Rollouts` with arrays ``(P, K, T+1, ...)``.
@@ -143,11 +154,60 @@ class MujocoTwin:
         )
         return self._package(full0, st, sd, u, P, K, T, models)
 
+    def rollout_many(self, states, ctrl, params=None, sensors: bool = True) -> Rollouts:
+        """Simulate B control sequences, each from its own start state, under each particle.
+
+        The batch form used by calibration and gap metrics (one window or transition per row).
+
+        Args:
+            states: ``(B, nstate)`` twin states ``[qpos, qvel, act]``, one per row.
+            ctrl: ``(B, T, nu)`` controls per physics step.
+            params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
+                list of P models of the same scene.
+            sensors: also fill ``sensordata`` at time 0 (one ``mj_forward`` per row and particle).
+
+        Returns:
+            :class:`Rollouts` with arrays ``(P, B, T+1, ...)`` (``ctrl`` is ``(B, T, nu)``).
+        """
+        s = as_array(states, "states", (None, self.nstate))
+        B = s.shape[0]
+        u = as_array(ctrl, "ctrl", (B, None, self.nu))
+        T = u.shape[1]
+        models = self.models_for(params)
+        P = len(models)
+        # the full physics state of a fresh MjData does not depend on parameter values
+        full0 = np.stack([self.full_state(row) for row in s])  # (B, nfull)
+        init = np.ascontiguousarray(np.broadcast_to(full0[None], (P, B, self._nfull)).reshape(P * B, -1))
+        u_batch = np.ascontiguousarray(np.broadcast_to(u[None], (P, B, T, self.nu)).reshape(P * B, T, self.nu))
+        st, sd = self._buffer(P * B, T)
+        self._pool.rollout(
+            [mm for mm in models for _ in range(B)], self._datas, init, u_batch, control_spec=_CTRL,
+            skip_checks=True, nstep=T, state=st, sensordata=sd,
+        )
+        m = self.model
+        st = st.reshape(P, B, T, self._nfull)
+        qpos = np.empty((P, B, T + 1, m.nq))
+        qvel = np.empty((P, B, T + 1, m.nv))
+        sens = np.zeros((P, B, T + 1, m.nsensordata))
+        qpos[:, :, 0] = full0[None, :, self._iq : self._iv]
+        qvel[:, :, 0] = full0[None, :, self._iv : self._ia]
+        qpos[:, :, 1:] = st[..., self._iq : self._iv]
+        qvel[:, :, 1:] = st[..., self._iv : self._ia]
+        if m.nsensordata:
+            sens[:, :, 1:] = sd.reshape(P, B, T, m.nsensordata)
+            if sensors:
+                sens[:, :, 0] = [[self._sensors_at(mm, f) for f in full0] for mm in models]
+        ok = np.abs(st[..., -1, 0] - self.dt * T) < 0.5 * self.dt
+        ok &= np.isfinite(st).all(axis=(2, 3))
+        ok &= (np.abs(qvel) <= self.max_speed).all(axis=(2, 3))
+        return Rollouts(qpos=qpos, qvel=qvel, sensordata=sens, ctrl=u, ok=ok, dt=self.dt)
+
     def _batch_models(self, models: list[mujoco.MjModel], K: int) -> list[mujoco.MjModel]:
-        key = (id(models), len(models), K)
-        if getattr(self, "_batch_key", None) != key:
+        # compare by identity while holding a reference: an id() alone can be reused by a new
+        # list once the old one is freed, which silently simulated stale parameters
+        if getattr(self, "_batch_src", None) is not models or len(self._batch_list) != len(models) * K:
             self._batch_list = [m for m in models for _ in range(K)]
-            self._batch_key = key
+            self._batch_src = models
         return self._batch_list
 
     def _buffer(self, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
@@ -163,22 +223,20 @@ class MujocoTwin:
 
     def _package(self, full0, st, sd, u, P, K, T, models) -> Rollouts:
         m = self.model
-        st = st.reshape(P, K, T, self._nfull)
-        sd = sd.reshape(P, K, T, m.nsensordata)
-        qpos = np.empty((P, K, T + 1, m.nq))
-        qvel = np.empty((P, K, T + 1, m.nv))
+        # one contiguous copy with the start state prepended; qpos/qvel are views into it
+        traj = np.empty((P, K, T + 1, self._nfull))
+        traj[:, :, 0] = full0[:, None]
+        traj[:, :, 1:] = st.reshape(P, K, T, self._nfull)
         sens = np.empty((P, K, T + 1, m.nsensordata))
-        qpos[:, :, 0] = full0[:, None, self._iq : self._iv]
-        qvel[:, :, 0] = full0[:, None, self._iv : self._ia]
-        qpos[:, :, 1:] = st[..., self._iq : self._iv]
-        qvel[:, :, 1:] = st[..., self._iv : self._ia]
         if m.nsensordata:
             sens[:, :, 0] = np.stack([self._sensors_at(mm, f) for mm, f in zip(models, full0)])[:, None]
-            sens[:, :, 1:] = sd
+            sens[:, :, 1:] = sd.reshape(P, K, T, m.nsensordata)
+        qpos = traj[..., self._iq : self._iv]
+        qvel = traj[..., self._iv : self._ia]
         # mujoco.rollout stops a diverged trajectory and repeats its last state, so time stops
         # advancing; that, non-finite values and runaway speed all mark a rollout unstable.
-        expected_end = self.dt * T
-        ok = np.abs(st[..., -1, 0] - expected_end) < 0.5 * self.dt
-        ok &= np.isfinite(st).all(axis=(2, 3))
+        # (NaN fails the speed comparison too, so qvel needs no separate finiteness pass.)
+        ok = np.abs(traj[:, :, -1, 0] - self.dt * T) < 0.5 * self.dt
+        ok &= np.isfinite(qpos).all(axis=(2, 3))
         ok &= (np.abs(qvel) <= self.max_speed).all(axis=(2, 3))
         return Rollouts(qpos=qpos, qvel=qvel, sensordata=sens, ctrl=u, ok=ok, dt=self.dt)

@@ -1,0 +1,239 @@
+"""Recorded trajectories cut into short windows for multiple shooting.
+
+A :class:`Trajectory` is what calibration and gap metrics read from an episode: twin states at
+control-tick boundaries and the action held over each tick. :func:`make_windows` cuts
+trajectories into windows of ``length`` ticks; each window restarts the twin from the recorded
+state, so one bad stretch (a slip, a missed contact) spoils only its own window::
+
+    window w:  s_w(0) = recorded state,  s_w(k+1) = twin(s_w(k), a_k held for one tick)
+               residual_w(k) = (s_w(k) - recorded(k)) / scale,   k = 1..length
+
+:class:`StateError` turns predicted vs recorded states into that weighted residual: only the
+components a world actually observes (a component that is exactly constant over the whole
+dataset, such as an unmeasured height, is not compared), hinge angles wrapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from twinloop.errors import TwinloopError, as_array
+from twinloop.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One recorded episode, as calibration reads it.
+
+    Attributes:
+        states: ``(T+1, nstate)`` twin states ``[qpos, qvel, act]`` at tick boundaries
+            (estimated from observations, so noisy).
+        actions: ``(T, nu)`` action held over each tick.
+        index: the episode index (windows remember it, splits group by it).
+    """
+
+    states: np.ndarray
+    actions: np.ndarray
+    index: int = 0
+
+    @property
+    def ticks(self) -> int:
+        return len(self.actions)
+
+
+def _episode_states(task: Task, ep) -> np.ndarray:
+    m = task.model
+    if getattr(ep, "states", None) is not None:
+        return as_array(ep.states, "episode states", (None, task.nstate))
+    qpos, qvel = getattr(ep, "qpos", None), getattr(ep, "qvel", None)
+    if qpos is not None and qvel is not None:
+        qpos = as_array(qpos, "episode qpos", (None, m.nq))
+        qvel = as_array(qvel, "episode qvel", (len(qpos), m.nv))
+        act = getattr(ep, "act", None)
+        act = np.zeros((len(qpos), m.na)) if act is None else as_array(act, "episode act", (len(qpos), m.na))
+        return np.concatenate([qpos, qvel, act], axis=1)
+    obs = getattr(ep, "obs", None)
+    if obs is None:
+        raise TwinloopError(
+            f"episode {type(ep).__name__} has neither states, qpos/qvel nor obs; cannot read twin states"
+        )
+    return np.stack([task.state_from_obs(o) for o in np.asarray(obs)])
+
+
+def as_trajectories(task: Task, episodes: Sequence) -> list[Trajectory]:
+    """Read episodes (``Trajectory``, or any object with ``actions`` and ``states`` /
+    ``qpos``+``qvel`` / ``obs``, optionally ``timestamps``) as trajectories.
+
+    An episode that records one state per action (the state *before* each action, none after
+    the last) gives ``T-1`` transitions. Timestamps that skip a control tick split the episode,
+    because a window must not bridge a gap it cannot replay.
+    """
+    if len(episodes) == 0:
+        raise TwinloopError("no episodes given: calibration needs at least one recorded episode")
+    out: list[Trajectory] = []
+    for i, ep in enumerate(episodes):
+        if isinstance(ep, Trajectory):
+            out.append(ep)
+            continue
+        index = int(getattr(ep, "index", getattr(ep, "episode_index", i)))
+        states = _episode_states(task, ep)
+        actions = as_array(getattr(ep, "actions", None), f"episode {index} actions", (None, task.nu))
+        if len(states) == len(actions):
+            actions = actions[:-1]
+        if len(states) != len(actions) + 1:
+            raise TwinloopError(f"episode {index}: {len(states)} states do not match {len(actions)} actions")
+        valid = np.ones(len(actions), bool)
+        ts = getattr(ep, "timestamps", None)
+        if ts is not None and len(ts) >= len(states):
+            dt = np.diff(np.asarray(ts, dtype=float)[: len(states)])
+            valid &= np.abs(dt - task.control_period) <= 0.5 * task.control_period
+        # runs of valid transitions [a, b): states a..b, actions a..b-1
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], valid.astype(int), [0]])))
+        for a, b in zip(edges[::2], edges[1::2]):
+            out.append(Trajectory(states[a : b + 1], actions[a:b], index))
+    if not out:
+        raise TwinloopError("the episodes hold no transitions (each needs at least two states)")
+    return out
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Windows of equal length, batched for one ``rollout_many`` call.
+
+    Attributes:
+        starts: ``(B, nstate)`` recorded start states.
+        actions: ``(B, L, nu)`` actions per tick.
+        targets: ``(B, L, nstate)`` recorded states after each tick.
+        episode: ``(B,)`` episode index of each window.
+    """
+
+    starts: np.ndarray
+    actions: np.ndarray
+    targets: np.ndarray
+    episode: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return self.actions.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def make_windows(trajectories: Sequence[Trajectory], length: int, stride: int | None = None) -> list[Windows]:
+    """Cut trajectories into windows of ``length`` ticks, ``stride`` ticks apart (default:
+    ``length``, no overlap). A trajectory's tail is covered by one more window aligned to its
+    end; a trajectory shorter than ``length`` is one window of its own length. Windows are
+    grouped by length (one group per distinct length)."""
+    if length < 1:
+        raise TwinloopError(f"window length must be >= 1 tick, got {length}")
+    stride = length if stride is None else stride
+    if stride < 1:
+        raise TwinloopError(f"window stride must be >= 1 tick, got {stride}")
+    groups: dict[int, list[tuple]] = {}
+    for tr in trajectories:
+        L = min(length, tr.ticks)
+        starts = list(range(0, tr.ticks - L + 1, stride))
+        if starts[-1] != tr.ticks - L:
+            starts.append(tr.ticks - L)
+        for s in starts:
+            groups.setdefault(L, []).append((tr.states[s], tr.actions[s : s + L], tr.states[s + 1 : s + L + 1], tr.index))
+    return [
+        Windows(
+            np.stack([g[0] for g in rows]), np.stack([g[1] for g in rows]),
+            np.stack([g[2] for g in rows]), np.array([g[3] for g in rows]),
+        )
+        for _, rows in sorted(groups.items(), reverse=True)
+    ]
+
+
+def split_episodes(trajectories: Sequence[Trajectory], holdout_fraction: float, seed: int = 0):
+    """``(train, holdout)`` by episode index (segments of one episode stay together)."""
+    if not 0 <= holdout_fraction < 1:
+        raise TwinloopError(f"holdout_fraction must be in [0, 1), got {holdout_fraction}")
+    ids = sorted({t.index for t in trajectories})
+    n_hold = int(round(holdout_fraction * len(ids)))
+    if holdout_fraction > 0 and len(ids) >= 2:
+        n_hold = min(max(n_hold, 1), len(ids) - 1)
+    else:
+        n_hold = 0
+    held = set(np.random.default_rng(seed).permutation(ids)[:n_hold].tolist())
+    return [t for t in trajectories if t.index not in held], [t for t in trajectories if t.index in held]
+
+
+@dataclass(frozen=True)
+class StateError:
+    """Weighted, masked state error between predicted and recorded twin states.
+
+    Attributes:
+        scale: ``(nstate,)`` unit of error per component (m, rad, m/s, rad/s).
+        mask: ``(nstate,)`` components that are compared.
+        hinge: ``(nstate,)`` components that are angles (wrapped before comparing).
+    """
+
+    scale: np.ndarray
+    mask: np.ndarray
+    hinge: np.ndarray
+
+    @classmethod
+    def for_task(cls, task: Task, trajectories: Sequence[Trajectory], pos_scale: float = 1e-3,
+                 angle_scale: float = 1e-2, vel_scale: float = 2e-2, use_velocity: bool = True) -> StateError:
+        """Scales per component kind; compare what varies in the recorded data."""
+        m = task.model
+        for name, v in (("pos_scale", pos_scale), ("angle_scale", angle_scale), ("vel_scale", vel_scale)):
+            if not v > 0:
+                raise TwinloopError(f"{name} must be > 0, got {v}")
+        n = task.nstate
+        scale = np.ones(n)
+        hinge = np.zeros(n, bool)
+        for j in range(m.njnt):
+            t = m.jnt_type[j]
+            if t in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
+                continue  # quaternion parts: left at unit scale, compared as is
+            qa, va = int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
+            angle = t == mujoco.mjtJoint.mjJNT_HINGE
+            scale[qa] = angle_scale if angle else pos_scale
+            hinge[qa] = angle
+            scale[m.nq + va] = vel_scale / pos_scale * (angle_scale if angle else pos_scale)
+        all_states = np.concatenate([t.states for t in trajectories])
+        # a component that never changes is not measured (e.g. set to 0 by state_from_obs)
+        mask = np.ptp(all_states, axis=0) > 0
+        mask[m.nq + m.nv :] = False  # actuator activations are not observed
+        if not use_velocity:
+            mask[m.nq :] = False
+        if not mask.any():
+            raise TwinloopError("no state component varies in the recorded data; nothing to compare")
+        return cls(scale, mask, hinge)
+
+    @property
+    def size(self) -> int:
+        return int(self.mask.sum())
+
+    def __call__(self, predicted: np.ndarray, recorded: np.ndarray) -> np.ndarray:
+        """``(..., nstate)`` states -> ``(..., size)`` weighted residuals."""
+        d = predicted - recorded
+        d = np.where(self.hinge, np.arctan2(np.sin(d), np.cos(d)), d)
+        return (d / self.scale)[..., self.mask]
+
+
+def window_rollout_states(twin, windows: Windows, substeps: int, params: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Replay every window under every particle.
+
+    Returns:
+        ``(P, B, L, nstate)`` predicted states after each tick and ``(P, B)`` ok flags.
+    """
+    ctrl = np.repeat(windows.actions, substeps, axis=1)  # held for each physics step of a tick
+    r = twin.rollout_many(windows.starts, ctrl, params, sensors=False)
+    m = twin.model
+    q = r.qpos[:, :, substeps::substeps]
+    v = r.qvel[:, :, substeps::substeps]
+    act = np.zeros((*q.shape[:3], m.na))
+    return np.concatenate([q, v, act], axis=-1), r.ok
+
+
+__all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "make_windows", "split_episodes",
+           "window_rollout_states"]

@@ -1,0 +1,301 @@
+"""Scripted base proposers: the point-pushing heuristic a person writes in an afternoon.
+
+Each tick the script picks one *push* from a short menu of contact points on the block's
+outline (each with the inward face normal ``n``) and plays it out over the chunk: go around
+the block to a stand-off point behind the contact, approach, then push along ``n``.
+
+A push at contact ``r`` (from the block's centroid) along ``n`` moves a block sliding on its
+floor roughly along the generalized direction ``u = (n, (r x n) / r_g)`` (translation,
+rotation times the radius of gyration ``r_g``). The script wants the generalized
+displacement ``D = (goal centroid - centroid, r_g * yaw error)`` and picks the contact that
+maximises ``D . u / |u|`` (with a bonus for the contact it used last tick, so it does not
+dither), pushing for ``D . u / |u|`` metres. Nothing in it knows the friction, the mass
+or the pusher's lag beyond a fixed lead: it is tuned against the nominal physics only.
+
+``propose(obs, state) -> (H, nu)`` targets per control tick, ``H = round(1 s / period)``;
+``sample(obs, state, n, rng) -> (n, H, nu)`` varies the contact (one of the best few, shifted
+along its face), the lead and adds smooth target noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from twinloop.errors import TwinloopError, as_array
+from twinloop.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class ScriptedConfig:
+    """Knobs of the scripted pusher (metres, seconds).
+
+    Attributes:
+        travel_speed: pusher speed while repositioning (m/s).
+        push_speed: pusher speed while pushing (m/s).
+        lag: how far (s) the PD stage trails a moving target; targets run this far ahead.
+        lead: how far the target runs ahead of the contact while pushing (m), to overcome
+            the PD stage's lag under friction.
+        standoff: clearance behind the contact point before the approach (m).
+        clearance: gap kept from the block while going around it (m).
+        in_position: lateral / depth tolerance to start pushing (m).
+        hysteresis: score bonus of last tick's contact, relative to ``|D|``.
+        yaw_weight: weight of the yaw error against the position error in ``D``.
+        noise: std of smooth target noise in ``sample`` (m).
+        jitter: std of the contact shift along its face in ``sample`` (m).
+        top_k: ``sample`` draws its contact from the ``top_k`` best.
+    """
+
+    travel_speed: float = 0.25
+    push_speed: float = 0.10
+    lag: float = 0.2
+    lead: float = 0.006
+    standoff: float = 0.02
+    clearance: float = 0.012
+    in_position: float = 0.008
+    hysteresis: float = 0.15
+    yaw_weight: float = 1.0
+    noise: float = 0.004
+    jitter: float = 0.006
+    top_k: int = 3
+
+    def __post_init__(self):
+        for k in ("travel_speed", "push_speed", "standoff", "clearance", "in_position"):
+            if not getattr(self, k) > 0:
+                raise TwinloopError(f"ScriptedConfig.{k} must be > 0, got {getattr(self, k)}")
+        if self.top_k < 1:
+            raise TwinloopError(f"ScriptedConfig.top_k must be >= 1, got {self.top_k}")
+
+
+def _rot(v: np.ndarray, yaw: float) -> np.ndarray:
+    c, s = np.cos(yaw), np.sin(yaw)
+    return v @ np.array([[c, s], [-s, c]])
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
+class _PointPusher:
+    """Shared machinery; a subclass gives the contact menu and the block's geometry.
+
+    Subclass attributes: ``contacts (M, 2)`` and ``normals (M, 2)`` (block frame, inward),
+    ``faces (M, 2)`` unit tangents for jitter, ``centroid (2,)``, ``gyration``, ``radius``
+    (of a circle about the centroid containing the block), ``pusher_radius``.
+    """
+
+    contacts: np.ndarray
+    normals: np.ndarray
+    centroid: np.ndarray
+    gyration: float
+    radius: float
+    pusher_radius: float
+
+    def __init__(self, task: Task, config: ScriptedConfig | None = None):
+        self.task = task
+        self.config = config or ScriptedConfig()
+        self.dt = task.control_period
+        self.H = max(1, int(round(1.0 / task.control_period)))
+        self.faces = np.stack([-self.normals[:, 1], self.normals[:, 0]], axis=1)
+        self._last: int | None = None
+
+    # -- task hooks -------------------------------------------------------------------------
+
+    def pose(self, state: np.ndarray) -> np.ndarray:
+        """Block ``(x, y, yaw)`` from a twin state."""
+        return np.array([state[2], state[3], state[5]])
+
+    def yaw_error(self, yaw: float) -> float:
+        raise NotImplementedError
+
+    def goal_centroid(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def clear_of_block(self, pose: np.ndarray, points: np.ndarray) -> np.ndarray:
+        """``(n,)`` True where the pusher at ``points (n, 2)`` keeps ``clearance`` off the block."""
+        raise NotImplementedError
+
+    # -- protocol ----------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> None:
+        self._last = None
+
+    def propose(self, obs, state) -> np.ndarray:
+        """``(H, nu)`` pusher targets for the next H control ticks."""
+        s = as_array(state, "state", (self.task.nstate,))
+        choice = self._rank(s)[0]
+        self._last = int(choice)
+        return self._chunk(s, int(choice), 0.0, self.config.lead)
+
+    def sample(self, obs, state, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``(n, H, nu)`` variants: another of the best contacts, shifted along its face, a
+        different lead, and smooth target noise (offset + drift over the chunk)."""
+        if n < 1:
+            raise TwinloopError(f"sample needs n >= 1, got {n}")
+        s = as_array(state, "state", (self.task.nstate,))
+        cfg = self.config
+        ranked = self._rank(s)[: cfg.top_k]
+        out = np.empty((n, self.H, self.task.nu))
+        ramp = np.linspace(0.0, 1.0, self.H)[:, None]
+        for i in range(n):
+            c = int(ranked[rng.integers(len(ranked))])
+            chunk = self._chunk(s, c, rng.normal(0.0, cfg.jitter), cfg.lead * rng.uniform(0.5, 2.0))
+            chunk += rng.normal(0.0, cfg.noise, 2) + ramp * rng.normal(0.0, cfg.noise, 2)
+            out[i] = np.clip(chunk, self.task.action_low, self.task.action_high)
+        return out
+
+    # -- the script --------------------------------------------------------------------------
+
+    def _wanted(self, pose: np.ndarray) -> np.ndarray:
+        c = pose[:2] + _rot(self.centroid, pose[2])
+        dp = self.goal_centroid() - c
+        return np.array([dp[0], dp[1], self.config.yaw_weight * self.gyration * self.yaw_error(pose[2])])
+
+    def _pushes(self, pose: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """World contact points, inward normals and unit generalized directions ``(M, 3)``."""
+        pts = pose[:2] + _rot(self.contacts, pose[2])
+        nrm = _rot(self.normals, pose[2])
+        r = pts - (pose[:2] + _rot(self.centroid, pose[2]))
+        u = np.column_stack([nrm, _cross(r, nrm) / self.gyration])
+        return pts, nrm, u / np.linalg.norm(u, axis=1, keepdims=True)
+
+    def _rank(self, state: np.ndarray) -> np.ndarray:
+        pose = self.pose(state)
+        D = self._wanted(pose)
+        _, _, u = self._pushes(pose)
+        score = u @ D
+        if self._last is not None:
+            score[self._last] += self.config.hysteresis * np.linalg.norm(D)
+        return np.argsort(-score)
+
+    def _chunk(self, state: np.ndarray, i: int, shift: float, lead: float) -> np.ndarray:
+        cfg = self.config
+        pose, p = self.pose(state), np.asarray(state[0:2], dtype=float)
+        pts, nrm, u = self._pushes(pose)
+        n = nrm[i]
+        contact = pts[i] + shift * _rot(self.faces[i], pose[2]) - n * self.pusher_radius
+        push = float(np.clip(u[i] @ self._wanted(pose), 0.0, cfg.push_speed * self.dt * self.H))
+        rel = p - contact
+        depth, lateral = float(rel @ n), float(abs(_cross(n, rel)))
+        if lateral < cfg.in_position and -cfg.standoff - cfg.in_position < depth < cfg.in_position:
+            path, speeds = [p, contact + n * (push + lead)], [cfg.push_speed]
+        else:
+            pre = contact - n * cfg.standoff
+            path = [p, *self._detour(pose, p, pre), pre, contact, contact + n * (push + lead)]
+            speeds = [cfg.travel_speed] * (len(path) - 3) + [cfg.push_speed] * 2
+        return np.clip(self._walk(path, speeds), self.task.action_low, self.task.action_high)
+
+    def _detour(self, pose: np.ndarray, p: np.ndarray, goal: np.ndarray) -> list[np.ndarray]:
+        """Waypoints around the block (an arc about its centroid) if the straight way hits it."""
+        seg = p + np.linspace(0.0, 1.0, 16)[:, None] * (goal - p)
+        if self.clear_of_block(pose, seg).all():
+            return []
+        c = pose[:2] + _rot(self.centroid, pose[2])
+        R = self.radius + self.pusher_radius + self.config.clearance
+        a0 = np.arctan2(*(p - c)[::-1])
+        a1 = np.arctan2(*(goal - c)[::-1])
+        da = np.arctan2(np.sin(a1 - a0), np.cos(a1 - a0))
+        steps = max(1, int(np.ceil(abs(da) / (np.pi / 6))))
+        return [c + R * np.array([np.cos(a), np.sin(a)]) for a in a0 + da * np.linspace(0, 1, steps + 1)]
+
+    def _walk(self, path: list[np.ndarray], speeds: list[float]) -> np.ndarray:
+        """Positions reached at each of the next H ticks moving along ``path`` at ``speeds``."""
+        out = np.empty((self.H, 2))
+        # a PD stage trails a target moving at v by v * lag: start that far along the path
+        k, pos, seg, t_left = 0, np.asarray(path[0], float), 1, self.dt + self.config.lag
+        while k < self.H:
+            if seg >= len(path):
+                out[k:] = pos
+                break
+            tgt = np.asarray(path[seg], float)
+            v = speeds[min(seg - 1, len(speeds) - 1)]
+            gap = float(np.linalg.norm(tgt - pos))
+            if gap <= v * t_left:
+                pos, t_left, seg = tgt, t_left - gap / v, seg + 1
+                continue
+            pos = pos + (tgt - pos) * (v * t_left / gap)
+            out[k] = pos
+            k, t_left = k + 1, self.dt
+        return out
+
+
+class ScriptedPushT(_PointPusher):
+    """Point-pushing script for push-t: push the T's bar and stem faces."""
+
+    def __init__(self, task: Task, config: ScriptedConfig | None = None):
+        from twinloop.tasks.push_t import BAR, CENTROID, GYRATION, STEM, distance_to_t, wrap
+
+        _, by, bx, bh = BAR
+        _, sy, sx, sh = STEM
+        pts, nrm = [], []
+        for x in (-0.05, -0.03, -0.01, 0.01, 0.03, 0.05):  # bar's outer edge
+            pts.append((x, by - bh)), nrm.append((0, 1))
+        for x in (-0.05, -0.035, 0.035, 0.05):  # bar's inner edges, beside the stem
+            pts.append((x, by + bh)), nrm.append((0, -1))
+        for sgn in (-1, 1):  # bar ends and stem sides
+            pts.append((sgn * bx, by)), nrm.append((-sgn, 0))
+            for y in (0.055, 0.08, 0.105):
+                pts.append((sgn * sx, y)), nrm.append((-sgn, 0))
+        pts.append((0.0, sy + sh)), nrm.append((0, -1))  # stem tip
+        self.contacts, self.normals = np.array(pts, float), np.array(nrm, float)
+        self.centroid, self.gyration = np.asarray(CENTROID), GYRATION
+        corners = np.array([[bx, 0], [-bx, 0], [bx, 2 * bh], [sx, sy + sh], [-sx, sy + sh]])
+        self.radius = float(np.linalg.norm(corners - self.centroid, axis=1).max())
+        self.pusher_radius = task.pusher_radius
+        self._dist, self._wrap = distance_to_t, wrap
+        super().__init__(task, config)
+
+    def yaw_error(self, yaw: float) -> float:
+        return float(self._wrap(self.task.goal[2] - yaw))
+
+    def goal_centroid(self) -> np.ndarray:
+        return self.task.goal[:2] + _rot(self.centroid, self.task.goal[2])
+
+    def clear_of_block(self, pose, points):
+        return self._dist(pose, points) > self.pusher_radius + 0.25 * self.config.clearance
+
+
+class ScriptedBlockPush(_PointPusher):
+    """Point-pushing script for block-push: push the cube's faces (4-fold symmetric yaw)."""
+
+    def __init__(self, task: Task, config: ScriptedConfig | None = None):
+        h = task.half
+        pts, nrm = [], []
+        for ax in range(2):
+            for sgn in (-1, 1):
+                for off in (-0.6 * h, 0.0, 0.6 * h):
+                    p = np.zeros(2)
+                    p[ax], p[1 - ax] = sgn * h, off
+                    n = np.zeros(2)
+                    n[ax] = -sgn
+                    pts.append(p), nrm.append(n)
+        self.contacts, self.normals = np.array(pts), np.array(nrm)
+        self.centroid = np.zeros(2)
+        self.gyration = float(np.sqrt((2 * h) ** 2 / 6))  # square of side 2h: r_g^2 = (2h)^2 / 6
+        self.radius = float(np.sqrt(2) * h)
+        self.pusher_radius = task.pusher_radius
+        super().__init__(task, config)
+
+    def yaw_error(self, yaw: float) -> float:
+        d = 4 * (self.task.goal[2] - yaw)
+        return float(np.arctan2(np.sin(d), np.cos(d)) / 4)
+
+    def goal_centroid(self) -> np.ndarray:
+        return np.asarray(self.task.goal[:2], float)
+
+    def clear_of_block(self, pose, points):
+        q = _rot(np.asarray(points) - pose[:2], -pose[2])
+        e = np.abs(q) - self.task.half
+        d = np.linalg.norm(np.maximum(e, 0.0), axis=-1) + np.minimum(e.max(axis=-1), 0.0)
+        return d > self.pusher_radius + 0.25 * self.config.clearance
+
+
+SCRIPTED = {"push-t": ScriptedPushT, "block-push": ScriptedBlockPush}
+
+
+def make_scripted(task: Task, config: ScriptedConfig | None = None) -> _PointPusher:
+    """The scripted proposer for ``task`` (``push-t`` | ``block-push``)."""
+    if task.name not in SCRIPTED:
+        raise TwinloopError(f"no scripted proposer for task {task.name!r}; available: {', '.join(SCRIPTED)}")
+    return SCRIPTED[task.name](task, config)

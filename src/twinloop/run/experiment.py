@@ -1,0 +1,138 @@
+"""Running episodes: a controller acting in a world, recorded, summarized.
+
+``run_episodes`` is what every command uses (demo, run, distill, rsr): the same seeds give the
+same episodes, each is recorded (optionally to a dataset), and ``summarize`` turns results into a
+row of the shared ``summary.json`` schema.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from twinloop.control import Controller
+from twinloop.errors import TwinloopError
+
+
+@dataclass
+class EpisodeResult:
+    """One episode.
+
+    Attributes:
+        seed: the episode seed (world reset and controller sampling).
+        success: task success at the end (or when first reached: episodes stop on success).
+        final_error: ``task.error`` of the true final state.
+        ticks: control ticks taken.
+        control_hz: ticks per second of controller compute (``act`` time only).
+        fallbacks: ticks where refinement failed and the base proposal was used.
+        qpos: ``(ticks+1, nq)`` true positions (for videos); ``None`` for worlds without truth.
+        ghosts: per tick, the candidates' rollouts summarized for videos (if recorded).
+        recorder: the episode recorder (if recording).
+    """
+
+    seed: int
+    success: bool
+    final_error: float
+    ticks: int
+    control_hz: float
+    fallbacks: int
+    qpos: np.ndarray | None = None
+    ghosts: list | None = None
+    recorder: object = field(default=None, repr=False)
+
+
+def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | None = None,
+                episode_index: int = 0, record: bool = True, ghosts: Callable | None = None,
+                stop_on_success: bool = True) -> EpisodeResult:
+    """Run one seeded episode of ``controller`` in ``world``.
+
+    Args:
+        ghosts: optional ``f(tick_info) -> array`` called each tick to keep what a video draws.
+    """
+    task = controller.task
+    n = int(max_ticks or task.max_ticks)
+    if n < 1:
+        raise TwinloopError(f"max_ticks must be >= 1, got {n}")
+    rec = None
+    if record:
+        from twinloop.data.episodes import EpisodeRecorder
+
+        rec = EpisodeRecorder(episode_index)
+    obs = world.reset(seed)
+    controller.reset(seed)
+    info = world.info() if hasattr(world, "info") else {}
+    traj = [info["qpos"]] if "qpos" in info else None
+    ghost_list = [] if ghosts is not None else None
+    compute = 0.0
+    success = False
+    k = 0
+    for k in range(1, n + 1):
+        t0 = time.perf_counter()
+        action = controller.act(obs)
+        compute += time.perf_counter() - t0
+        tick = controller.last
+        if ghost_list is not None:
+            ghost_list.append(ghosts(tick))
+        state = task.state_from_obs(obs)
+        if rec is not None:
+            rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
+                    world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
+                    cost=tick.cost if tick is not None else float("nan"), tick=tick)
+        obs, info = world.step(action)
+        if traj is not None:
+            traj.append(info["qpos"])
+        truth = info.get("qpos")
+        success = bool(task.success(truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]))
+        if success and stop_on_success:
+            break
+    final_q = info.get("qpos")
+    if final_q is None:
+        final_q = task.state_from_obs(obs)[: task.model.nq]
+    if rec is not None:
+        rec.finish(success)
+    return EpisodeResult(
+        seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k,
+        control_hz=k / compute if compute > 0 else float("inf"), fallbacks=controller.n_fallbacks,
+        qpos=None if traj is None else np.asarray(traj), ghosts=ghost_list, recorder=rec,
+    )
+
+
+def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None,
+                 progress: Callable[[EpisodeResult], None] | None = None, **kw) -> list[EpisodeResult]:
+    """Run one episode per seed; write each to ``dataset`` (if given) as soon as it ends."""
+    if len(seeds) == 0:
+        raise TwinloopError("no seeds given: need at least one episode")
+    record = kw.pop("record", True) or dataset is not None
+    out = []
+    for i, seed in enumerate(seeds):
+        index = i if dataset is None else len(dataset)
+        r = run_episode(world, controller, int(seed), episode_index=index, record=record, **kw)
+        if dataset is not None:
+            dataset.write(r.recorder)
+        out.append(r)
+        if progress is not None:
+            progress(r)
+    return out
+
+
+def summarize(controller_name: str, results: Sequence[EpisodeResult]) -> dict:
+    """One ``results`` row of the shared summary schema."""
+    from twinloop.stats import wilson
+
+    n = len(results)
+    k = sum(r.success for r in results)
+    lo, hi = wilson(k, n)
+    hz = [r.control_hz for r in results if np.isfinite(r.control_hz)]
+    return {
+        "controller": controller_name,
+        "episodes": n,
+        "successes": k,
+        "success_rate": k / n,
+        "success_ci": [lo, hi],
+        "mean_final_error": float(np.mean([r.final_error for r in results])),
+        "control_hz": float(np.median(hz)) if hz else float("inf"),
+        "fallbacks": int(sum(r.fallbacks for r in results)),
+    }

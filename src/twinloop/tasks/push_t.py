@@ -1,0 +1,278 @@
+"""push-t: push a T-shaped block onto a goal T (the Diffusion Policy Push-T benchmark).
+
+Geometry and goal are Push-T's (gym-pusht / diffusion_policy ``pusht_env.py``): a T made of a
+120 x 30 bar and a 30 x 90 stem, in a 512 x 512 workspace, goal pose (256, 256, pi/4), success
+when the block covers at least 95% of the goal T, pushed by a circular pusher of radius 15
+driven toward the commanded position by a PD law. In the T's own frame (Push-T's
+``add_tee``) the bar spans x in [-60, 60], y in [0, 30] and the stem x in [-15, 15],
+y in [30, 120]; the block *position* is that frame's origin (the middle of the bar's outer
+edge, not the centre of mass) and the *angle* rotates it about that point, counter-clockwise
+from +x toward +y.
+
+Units: 1 Push-T unit = 1 mm, workspace centre at the origin, no axis flip::
+
+    x_m = (x - 256) / 1000,   y_m = (y - 256) / 1000,   yaw = angle   (rad)
+
+so the workspace is [-0.256, 0.256]^2 m and the goal is (0, 0, pi/4). Convert with
+:func:`pose_from_pusht` / :func:`pose_to_pusht`. Push-T's walls are left out (they never touch
+the block in a successful episode and box-box wall contacts would halve the twin's speed);
+the action bounds keep the pusher inside the workspace.
+
+Physics (ours, not pymunk's): the block is 30 mm tall and rests on a floor with friction, so
+friction and mass set how it slides; slide x/y/z + hinge yaw joints keep it from tipping.
+The pusher is a 1 kg stage with Push-T's per-unit-mass PD gains (kp 100, kv 20).
+
+Observation (10,): pusher x, y; block x, y, yaw (wrapped to (-pi, pi]); pusher vx, vy;
+block vx, vy, yaw rate. Action (2,): pusher target x, y (m).
+Twin state: qpos = [pusher_x, pusher_y, block_x, block_y, block_z, block_yaw], qvel alike.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import shapely
+from shapely import affinity
+from shapely.geometry import Polygon, box
+
+from twinloop.errors import TwinloopError, as_array
+from twinloop.params import Param, ParamSpace
+from twinloop.tasks.base import Residual, Task, Traj
+
+# the T in its own frame (m): (centre x, centre y, half width, half height) of bar and stem
+BAR = (0.0, 0.015, 0.060, 0.015)
+STEM = (0.0, 0.075, 0.015, 0.045)
+PUSHER_RADIUS = 0.015
+WORKSPACE = 0.256  # half side (m)
+GOAL_PUSHT = (256.0, 256.0, np.pi / 4)
+
+
+def _area_stats() -> tuple[np.ndarray, float, float]:
+    """Area (m^2), area centroid in the T frame (m) and polar radius of gyration about it (m)."""
+    parts = [(b[2] * b[3] * 4, np.array(b[:2]), (2 * b[2]) ** 2 + (2 * b[3]) ** 2) for b in (BAR, STEM)]
+    area = sum(a for a, _, _ in parts)
+    c = sum(a * p for a, p, _ in parts) / area
+    polar = sum(a * (s / 12 + float((p - c) @ (p - c))) for a, p, s in parts)
+    return c, area, float(np.sqrt(polar / area))
+
+
+CENTROID, AREA, GYRATION = _area_stats()  # centroid (0, 0.0407) m, 6300 mm^2, r_g 43.9 mm
+
+
+def pose_from_pusht(pose) -> np.ndarray:
+    """Push-T ``(x, y, angle)`` in pixels -> ``(x, y, yaw)`` in metres (shape ``(..., 3)``)."""
+    p = as_array(pose, "Push-T pose")
+    if p.shape[-1] != 3:
+        raise TwinloopError(f"Push-T pose must have shape (..., 3), got {p.shape}")
+    return np.concatenate([(p[..., :2] - 256.0) / 1000.0, p[..., 2:3]], axis=-1)
+
+
+def pose_to_pusht(pose) -> np.ndarray:
+    """``(x, y, yaw)`` in metres -> Push-T ``(x, y, angle)`` in pixels (shape ``(..., 3)``)."""
+    p = as_array(pose, "pose")
+    if p.shape[-1] != 3:
+        raise TwinloopError(f"pose must have shape (..., 3), got {p.shape}")
+    return np.concatenate([p[..., :2] * 1000.0 + 256.0, p[..., 2:3]], axis=-1)
+
+
+def wrap(a):
+    """Angle(s) wrapped to (-pi, pi]."""
+    return np.arctan2(np.sin(a), np.cos(a))
+
+
+def rotate(v: np.ndarray, yaw) -> np.ndarray:
+    """Rotate ``(..., 2)`` vectors by ``yaw`` (broadcast)."""
+    c, s = np.cos(yaw), np.sin(yaw)
+    return np.stack([c * v[..., 0] - s * v[..., 1], s * v[..., 0] + c * v[..., 1]], axis=-1)
+
+
+def to_world(pose, local) -> np.ndarray:
+    """Points ``(..., 2)`` given in the T frame -> world, for poses ``(..., 3)``."""
+    pose = np.asarray(pose, dtype=float)
+    return pose[..., :2] + rotate(np.asarray(local, dtype=float), pose[..., 2])
+
+
+def to_local(pose, points) -> np.ndarray:
+    """World points ``(..., 2)`` -> the T frame of poses ``(..., 3)``."""
+    pose = np.asarray(pose, dtype=float)
+    return rotate(np.asarray(points, dtype=float) - pose[..., :2], -pose[..., 2])
+
+
+def t_polygon(pose) -> Polygon:
+    """The T at ``(x, y, yaw)`` (m) as a shapely polygon."""
+    x, y, yaw = (float(v) for v in pose)
+    parts = [box(cx - hx, cy - hy, cx + hx, cy + hy) for cx, cy, hx, hy in (BAR, STEM)]
+    t = shapely.union(*parts)
+    c, s = np.cos(yaw), np.sin(yaw)
+    return affinity.affine_transform(t, [c, -s, s, c, x, y])
+
+
+def distance_to_t(pose, points) -> np.ndarray:
+    """Signed distance (m) of world ``points (..., 2)`` to the T's outline at ``pose (..., 3)``
+    (negative inside), via the union of the two boxes."""
+    q = to_local(pose, points)
+    d = []
+    for cx, cy, hx, hy in (BAR, STEM):
+        e = np.abs(q - (cx, cy)) - (hx, hy)
+        d.append(np.linalg.norm(np.maximum(e, 0.0), axis=-1) + np.minimum(e.max(axis=-1), 0.0))
+    return np.minimum(*d)
+
+
+class PushT(Task):
+    """Push-T in MuJoCo (see the module docstring for frames and units).
+
+    Args:
+        goal: goal pose ``(x, y, yaw)`` in metres (default Push-T's (256, 256, pi/4)).
+        success_coverage: fraction of the goal T the block must cover.
+    """
+
+    name = "push-t"
+    xml = "push_t.xml"
+    control_period = 0.1
+    horizon = 1.0
+    # Push-T allows 300 ticks (30 s); 150 ticks (15 s) is enough for a pose reached by a
+    # sensible pusher and keeps a refined episode to a few seconds on two cores.
+    max_ticks = 150
+    obs_names = ("pusher_x", "pusher_y", "block_x", "block_y", "block_yaw",
+                 "pusher_vx", "pusher_vy", "block_vx", "block_vy", "block_wz")
+    pusher_radius = PUSHER_RADIUS
+
+    def __init__(self, goal=None, success_coverage: float = 0.95):
+        g = pose_from_pusht(GOAL_PUSHT) if goal is None else as_array(goal, "goal", (3,))
+        self.goal = g
+        if not 0 < success_coverage <= 1:
+            raise TwinloopError(f"success_coverage must be in (0, 1], got {success_coverage}")
+        self.success_coverage = float(success_coverage)
+        self.action_low = np.array([-WORKSPACE, -WORKSPACE])
+        self.action_high = np.array([WORKSPACE, WORKSPACE])
+        self._goal_poly = t_polygon(g)
+        self._goal_centroid = to_world(g, CENTROID)
+
+    # -- geometry ---------------------------------------------------------------------------
+
+    @staticmethod
+    def block_pose(qpos) -> np.ndarray:
+        """``(..., 3)`` block pose ``(x, y, yaw)`` from ``(..., nq)`` positions."""
+        q = np.asarray(qpos, dtype=float)
+        return np.stack([q[..., 2], q[..., 3], q[..., 5]], axis=-1)
+
+    def coverage(self, qpos) -> float | np.ndarray:
+        """Fraction of the goal T's area covered by the block (shapely polygon intersection);
+        a float for ``(nq,)``, an array for ``(..., nq)``."""
+        poses = self.block_pose(as_array(qpos, "qpos"))
+        flat = poses.reshape(-1, 3)
+        polys = np.array([t_polygon(p) for p in flat], dtype=object)
+        cov = shapely.area(shapely.intersection(polys, self._goal_poly)) / self._goal_poly.area
+        return float(cov[0]) if poses.ndim == 1 else cov.reshape(poses.shape[:-1])
+
+    def success(self, qpos) -> bool:
+        """Coverage of the goal T of at least ``success_coverage`` (0.95, as Push-T)."""
+        return bool(self.coverage(as_array(qpos, "qpos", (self.model.nq,))) >= self.success_coverage)
+
+    def error(self, qpos) -> np.ndarray:
+        """RMS displacement (m) of the T's material points from their goal positions.
+
+        For a rigid planar move this is ``sqrt(|dc|^2 + 2 (1 - cos dyaw) r_g^2)`` with ``dc``
+        the area centroid's offset and ``r_g`` = 43.9 mm the T's polar radius of gyration: zero
+        only at the goal pose, one number in metres for position and yaw together, and
+        respecting that the T has no symmetry (yaw error pi is the worst).
+        """
+        pose = self.block_pose(qpos)
+        dc = to_world(pose, CENTROID) - self._goal_centroid
+        dyaw = pose[..., 2] - self.goal[2]
+        return np.sqrt((dc**2).sum(axis=-1) + 2 * (1 - np.cos(dyaw)) * GYRATION**2)
+
+    # -- cost --------------------------------------------------------------------------------
+
+    def residuals(self) -> tuple[Residual, ...]:
+        gc, gyaw = self._goal_centroid, self.goal[2]
+
+        def centroid(t: Traj):
+            return to_world(self.block_pose(t.qpos), CENTROID)
+
+        def yaw_vec(q, scale):
+            # (cos d - 1, sin d) has norm 2|sin(d/2)|: smooth, no wrap, worst at d = pi
+            d = q[..., 5:6] - gyaw
+            return np.concatenate([np.cos(d) - 1.0, np.sin(d)], axis=-1) * (GYRATION / scale)
+
+        def pos(t: Traj):
+            return (centroid(t)[..., 1:, :] - gc) / 0.05
+
+        def yaw(t: Traj):
+            return yaw_vec(t.qpos[..., 1:, :], 0.05)
+
+        def reach(t: Traj):
+            # pusher gap to the T's outline beyond a small margin: stay in touch with the block
+            q = t.qpos[..., 1:, :]
+            gap = distance_to_t(self.block_pose(q), q[..., 0:2]) - PUSHER_RADIUS
+            return np.maximum(gap - 0.01, 0.0)[..., None] / 0.05
+
+        def effort(t: Traj):
+            # a target far from the pusher means fast, impact-prone motion
+            return (t.ctrl - t.qpos[..., :-1, 0:2]) / 0.1
+
+        def final_pos(t: Traj):
+            return (centroid(t)[..., -1, :] - gc) / 0.01
+
+        def final_yaw(t: Traj):
+            return yaw_vec(t.qpos[..., -1, :], 0.01)
+
+        return (
+            Residual("block_position", 1.0, pos),
+            Residual("block_yaw", 1.0, yaw),
+            Residual("reach", 0.3, reach),
+            Residual("effort", 0.02, effort),
+            Residual("final_position", 0.1, final_pos, terminal=True),
+            Residual("final_yaw", 0.1, final_yaw, terminal=True),
+        )
+
+    # -- episodes ----------------------------------------------------------------------------
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        """Push-T's reset: pusher uniform in [50, 450]^2 px, block in [100, 400]^2 px with a
+        uniform angle; redrawn until the block lies fully inside the workspace (10 mm
+        margin), the pusher is 5 mm clear of it, and the block does not already succeed."""
+        lim = WORKSPACE - 0.010
+        for _ in range(1000):
+            p = rng.uniform(50, 450, 2)
+            b = rng.uniform(100, 400, 2)
+            yaw = rng.uniform(-np.pi, np.pi)
+            pusher = (p - 256.0) / 1000.0
+            pose = np.array([*(b - 256.0) / 1000.0, yaw])
+            corners = np.array(t_polygon(pose).exterior.coords)
+            if np.abs(corners).max() > lim:
+                continue
+            if distance_to_t(pose, pusher) < PUSHER_RADIUS + 0.005:
+                continue
+            qpos = np.array([pusher[0], pusher[1], pose[0], pose[1], 0.0, yaw])
+            if self.coverage(qpos) >= self.success_coverage:
+                continue
+            return np.concatenate([qpos, np.zeros(self.model.nv)])
+        raise TwinloopError("push-t: could not draw a valid start state in 1000 tries")  # pragma: no cover
+
+    def hold_action(self, state: np.ndarray) -> np.ndarray:
+        """The action that keeps the pusher where it is."""
+        return np.clip(np.asarray(state)[0:2], self.action_low, self.action_high)
+
+    def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+        q, v = data.qpos, data.qvel
+        return np.array([q[0], q[1], q[2], q[3], wrap(q[5]), v[0], v[1], v[2], v[3], v[5]])
+
+    def state_from_obs(self, obs) -> np.ndarray:
+        """Twin state from an observation; the block rests on the floor (z = 0, vz = 0)."""
+        o = self.check_obs(obs)
+        qpos = np.array([o[0], o[1], o[2], o[3], 0.0, o[4]])
+        qvel = np.array([o[5], o[6], o[7], o[8], 0.0, o[9]])
+        return np.concatenate([qpos, qvel])
+
+    def param_space(self) -> ParamSpace:
+        """Block friction (block and floor, so the combined coefficient is this value), block
+        mass (kg) and the block's translational damping (N s/m)."""
+        m = self.model
+        mass = float(m.body_mass[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "block")])
+        return ParamSpace((
+            Param("block_friction", ("geom:bar/friction[0]", "geom:stem/friction[0]", "geom:floor/friction[0]"),
+                  0.05, 1.5, 0.5, 0.25),
+            Param("block_mass", ("body:block/mass",), 0.02, 1.0, mass, 0.1),
+            Param("block_damping", ("dof:block_x/damping", "dof:block_y/damping"), 0.0, 2.0, 0.05, 0.2),
+        ))

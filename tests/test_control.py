@@ -1,0 +1,163 @@
+"""Refiner and receding-horizon controller: selection, deadline, fallback, end to end."""
+
+import numpy as np
+import pytest
+
+from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.errors import RefinementFailed, TwinloopError
+from twinloop.plan import make_optimizer
+from twinloop.run.experiment import run_episode
+from twinloop.tasks import make_task
+from twinloop.twin import MujocoTwin
+from twinloop.worlds import SimWorld
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("block-push")
+
+
+@pytest.fixture(scope="module")
+def twin(task):
+    return MujocoTwin(task.model, task.param_space(), nthread=2)
+
+
+def refiner(task, twin, name="mppi", **kw):
+    kw.setdefault("num_samples", 16)
+    return Refiner(task, twin, make_optimizer(name), RefinerConfig(**kw))
+
+
+class Proposer:
+    """Pushes straight at the goal from wherever the pusher is."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def propose(self, obs, state):
+        return np.tile(np.clip(self.task.goal[:2], -0.3, 0.3), (10, 1))
+
+
+class BrokenTwin:
+    """A twin whose rollouts all come back unstable (or that raises)."""
+
+    def __init__(self, twin, raise_error=False, keep=()):
+        self.inner, self.raise_error, self.keep = twin, raise_error, keep
+        self.dt, self.nu, self.nstate, self.param_space = twin.dt, twin.nu, twin.nstate, twin.param_space
+
+    def rollout(self, state, ctrl, params=None):
+        if self.raise_error:
+            raise RuntimeError("engine crashed")
+        r = self.inner.rollout(state, ctrl, params)
+        ok = np.zeros_like(r.ok)
+        ok[:, list(self.keep)] = True
+        r.ok = ok
+        return r
+
+
+def test_refined_plan_is_never_worse_than_the_prior(task, twin):
+    ref = refiner(task, twin, iterations=3)
+    s = task.initial_state(np.random.default_rng(0))
+    prior = ref.plan_from_actions(np.tile(s[:2], (10, 1)))
+    res = ref.refine(s, prior=prior)
+    assert res.cost <= res.prior_cost
+    assert res.plan.knots.shape == (ref.spec.n_knots, task.nu)
+    assert res.iterations == 3 and res.n_rollouts == 3 * 16
+
+
+def test_refinement_lowers_the_cost_of_a_poor_start(task, twin):
+    ref = refiner(task, twin, iterations=4, num_samples=32)
+    s = task.initial_state(np.random.default_rng(1))
+    away = ref.hold_plan(np.array([-0.3, 0.3]))
+    _, c0 = ref.evaluate(s, away.knots[None])
+    assert ref.refine(s, warm=away).cost < 0.9 * c0[0]
+
+
+def test_same_seed_same_plan(task, twin):
+    s = task.initial_state(np.random.default_rng(2))
+    a = refiner(task, twin, seed=3).refine(s).plan.knots
+    b = refiner(task, twin, seed=3).refine(s).plan.knots
+    c = refiner(task, twin, seed=4).refine(s).plan.knots
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_deadline_returns_the_best_plan_so_far(task, twin):
+    ref = refiner(task, twin, iterations=1000, deadline=1e-6)
+    res = ref.refine(task.initial_state(np.random.default_rng(3)))
+    assert res.iterations == 1  # the first iteration always completes; no second one starts
+    assert np.isfinite(res.cost)
+
+
+def test_unstable_rollouts_are_never_selected(task, twin):
+    # only candidate 0 (the incumbent warm plan) is stable, and it is not the cheapest
+    ref = Refiner(task, BrokenTwin(twin, keep=(0,)), make_optimizer("predictive"), RefinerConfig(num_samples=16))
+    s = task.initial_state(np.random.default_rng(4))
+    warm = ref.hold_plan(np.array([0.3, -0.3]))
+    res = ref.refine(s, warm=warm)
+    np.testing.assert_array_equal(res.plan.knots, warm.knots)
+    assert res.n_unstable == 15
+
+
+def test_all_unstable_raises_refinement_failed(task, twin):
+    ref = Refiner(task, BrokenTwin(twin), make_optimizer("mppi"), RefinerConfig(num_samples=8))
+    with pytest.raises(RefinementFailed, match="all 8 rollouts"):
+        ref.refine(task.initial_state(np.random.default_rng(5)))
+
+
+@pytest.mark.parametrize("raise_error", [False, True])
+def test_controller_falls_back_to_the_base_proposal_and_says_so(task, twin, raise_error):
+    ref = Refiner(task, BrokenTwin(twin, raise_error=raise_error), make_optimizer("mppi"), RefinerConfig(num_samples=8))
+    ctl = Controller(ref, proposer=Proposer(task))
+    world = SimWorld(task)
+    obs = world.reset(0)
+    a = ctl.act(obs)
+    np.testing.assert_allclose(a, task.goal[:2])
+    assert ctl.last.fallback and ctl.n_fallbacks == 1
+    assert ("engine crashed" if raise_error else "RefinementFailed") in ctl.last.reason
+
+
+def test_controller_rejects_nonfinite_observations(task, twin):
+    ctl = Controller(refiner(task, twin))
+    obs = SimWorld(task).reset(0)
+    obs[3] = np.inf
+    with pytest.raises(TwinloopError, match="NaN or inf"):
+        ctl.act(obs)
+    with pytest.raises(TwinloopError, match="observation must have shape"):
+        ctl.act(obs[:4])
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(TwinloopError, match="num_samples"):
+        RefinerConfig(num_samples=1)
+    with pytest.raises(TwinloopError, match="unknown risk"):
+        RefinerConfig(risk="median")
+    with pytest.raises(TwinloopError, match="deadline"):
+        RefinerConfig(deadline=0)
+
+
+def test_particles_and_risk_reach_the_cost(task, twin):
+    space = task.param_space()
+    parts = space.sample_prior(np.random.default_rng(0), 4)
+    ref = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=8, risk="worst"), params=parts)
+    s = task.initial_state(np.random.default_rng(6))
+    r, agg = ref.evaluate(s, np.tile(ref.hold_plan(s[:2]).knots, (8, 1, 1)))
+    assert r.qpos.shape[0] == 4
+    np.testing.assert_allclose(agg, task.cost(r).max(axis=0))
+
+
+def test_refiner_alone_pushes_the_block_to_its_goal(task, twin):
+    """End to end: no proposer, nominal twin as the world, MPPI, K=64."""
+    ctl = Controller(refiner(task, twin, num_samples=64))
+    world = SimWorld(task)
+    for seed in (0, 1):
+        res = run_episode(world, ctl, seed, record=False)
+        assert res.success, f"seed {seed}: final error {res.final_error:.3f}"
+        assert res.ticks < task.max_ticks
+
+
+def test_proposer_alone_is_a_baseline(task, twin):
+    ctl = Controller(refiner(task, twin), proposer=Proposer(task), refine=False)
+    obs = SimWorld(task).reset(0)
+    np.testing.assert_allclose(ctl.act(obs), task.goal[:2])
+    with pytest.raises(TwinloopError, match="needs a proposer"):
+        Controller(refiner(task, twin), refine=False)

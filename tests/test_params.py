@@ -1,0 +1,113 @@
+"""ParamSpace: addressing model fields, bounds, priors, and no stale derived constants."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from twinloop.errors import TwinloopError
+from twinloop.params import Param, ParamSpace
+from twinloop.tasks import make_task
+from twinloop.twin import MujocoTwin
+
+XML = """
+<mujoco>
+  <option timestep="0.005"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 .1"/>
+    <body name="arm" pos="0 0 .5">
+      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.1"/>
+      <geom name="link" type="capsule" fromto="0 0 0 .3 0 0" size=".02"/>
+      <body name="tip" pos=".3 0 0">
+        <inertial pos="0 0 0" mass="{mass}" diaginertia="{i} {i} {i}"/>
+        <geom name="ball" type="sphere" size=".04" contype="0" conaffinity="0"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator><position name="servo" joint="hinge" kp="20" kv="1"/></actuator>
+</mujoco>
+"""
+
+
+def model(mass=1.0, i=0.001):
+    return mujoco.MjModel.from_xml_string(XML.format(mass=mass, i=i))
+
+
+def test_mass_change_refreshes_derived_constants():
+    space = ParamSpace((Param("tip_mass", ("body:tip/mass",), 0.1, 5.0, 1.0),))
+    changed = space.apply(model(1.0), [3.0])
+    compiled = model(3.0, 0.003)  # what a recompile with the same density gives
+    assert changed.body_mass[2] == pytest.approx(3.0)
+    np.testing.assert_allclose(changed.body_inertia, compiled.body_inertia)
+    # the constants a stale model would get wrong
+    np.testing.assert_allclose(changed.body_subtreemass, compiled.body_subtreemass)
+    np.testing.assert_allclose(changed.dof_invweight0, compiled.dof_invweight0)
+    np.testing.assert_allclose(changed.actuator_acc0, compiled.actuator_acc0)
+    # and the dynamics agree
+    ctrl = np.full((1, 200, 1), 0.8)
+    a = MujocoTwin(changed, nthread=1).rollout(np.zeros(2), ctrl)
+    b = MujocoTwin(compiled, nthread=1).rollout(np.zeros(2), ctrl)
+    np.testing.assert_allclose(a.qpos, b.qpos, atol=1e-10)
+
+
+def test_setting_mass_without_refresh_would_be_stale():
+    # guards the test above: a naive field write really leaves stale constants behind
+    naive = model(1.0)
+    naive.body_mass[2] = 3.0
+    assert not np.allclose(naive.body_subtreemass, model(3.0, 0.003).body_subtreemass)
+
+
+def test_apply_leaves_the_original_model_untouched():
+    m = model()
+    space = ParamSpace((Param("damping", ("dof:hinge/damping",), 0.0, 1.0, 0.1),))
+    out = space.apply(m, [0.7])
+    assert m.dof_damping[0] == pytest.approx(0.1)
+    assert out.dof_damping[0] == pytest.approx(0.7)
+
+
+def test_one_param_writes_all_its_targets_and_reads_back():
+    task = make_task("block-push")
+    space = task.param_space()
+    v = space.nominal.copy()
+    v[space.names.index("block_friction")] = 0.9
+    m = space.apply(task.model, v)
+    assert m.geom("block").friction[0] == pytest.approx(0.9)
+    assert m.geom("floor").friction[0] == pytest.approx(0.9)
+    np.testing.assert_allclose(space.read(m), v)
+
+
+def test_actuator_gains_keep_position_servo_consistent():
+    space = ParamSpace((Param("kp", ("actuator:servo/kp",), 1, 100, 20), Param("kv", ("actuator:servo/kv",), 0, 10, 1)))
+    m = space.apply(model(), [50.0, 3.0])
+    assert m.actuator_gainprm[0, 0] == 50 and m.actuator_biasprm[0, 1] == -50
+    assert m.actuator_biasprm[0, 2] == -3
+    np.testing.assert_allclose(space.read(m), [50.0, 3.0])
+
+
+def test_out_of_bounds_values_are_rejected_by_name():
+    space = ParamSpace((Param("damping", ("dof:hinge/damping",), 0.0, 1.0, 0.1),))
+    with pytest.raises(TwinloopError, match=r"damping=2 is outside its bounds \[0, 1\]"):
+        space.apply(model(), [2.0])
+    with pytest.raises(TwinloopError, match="shape"):
+        space.apply(model(), [0.1, 0.2])
+
+
+def test_unknown_names_and_fields_are_clear_errors():
+    with pytest.raises(TwinloopError, match="no body named 'nope'"):
+        ParamSpace((Param("m", ("body:nope/mass",), 0.1, 2, 1),)).apply(model(), [1.0])
+    with pytest.raises(TwinloopError, match="model has no field 'geom_bogus'"):
+        ParamSpace((Param("g", ("geom:ball/bogus",), 0.1, 2, 1),)).apply(model(), [1.0])
+    with pytest.raises(TwinloopError, match="cannot parse address"):
+        Param("x", ("ball.friction",), 0, 1, 0.5)
+    with pytest.raises(TwinloopError, match="give an index"):
+        ParamSpace((Param("f", ("geom:ball/friction",), 0.1, 2, 1),)).apply(model(), [1.0])
+    with pytest.raises(TwinloopError, match="nominal"):
+        Param("x", ("geom:ball/friction[0]",), 0, 1, 5)
+
+
+def test_prior_samples_are_seeded_and_inside_bounds():
+    space = make_task("block-push").param_space()
+    a = space.sample_prior(np.random.default_rng(0), 500)
+    b = space.sample_prior(np.random.default_rng(0), 500)
+    np.testing.assert_array_equal(a, b)
+    assert (a >= space.low).all() and (a <= space.high).all()
+    assert a.std(axis=0).min() > 0
