@@ -25,7 +25,9 @@ def progress_bar() -> Progress:
 
 
 def results_table(summary: dict) -> Table:
-    t = Table(title=f"{summary['task']} in {summary['world'].get('kind', 'world')} world "
+    from twinloop.viz.plots import world_label
+
+    t = Table(title=f"{summary['task']} in {world_label(summary['world'])} world "
                     f"({summary['episodes']} episodes per controller, seed {summary['seed']})")
     for col in ("controller", "success", "95% CI", "final error", "control Hz"):
         t.add_column(col, justify="right" if col != "controller" else "left")

@@ -124,23 +124,36 @@ class Windows:
         return len(self.starts)
 
 
-def make_windows(trajectories: Sequence[Trajectory], length: int, stride: int | None = None) -> list[Windows]:
-    """Cut trajectories into windows of ``length`` ticks, ``stride`` ticks apart (default:
-    ``length``, no overlap). A trajectory's tail is covered by one more window aligned to its
-    end; a trajectory shorter than ``length`` is one window of its own length. Windows are
-    grouped by length (one group per distinct length)."""
+def make_windows(trajectories: Sequence[Trajectory], length: int, stride: int | None = None,
+                 starts_ok: Sequence[np.ndarray] | None = None) -> list[Windows]:
+    """Cut trajectories into windows of ``length`` ticks, at least ``stride`` ticks apart
+    (default: ``length``, no overlap).
+
+    ``starts_ok`` (one ``(T,)`` bool mask per trajectory, see :func:`free_starts`) restricts
+    where a window may start; a trajectory with no allowed start falls back to its first tick.
+    A trajectory shorter than ``length`` is one window of its own length. Windows are grouped
+    by length (one group per distinct length, longest first).
+    """
     if length < 1:
         raise TwinloopError(f"window length must be >= 1 tick, got {length}")
     stride = length if stride is None else stride
     if stride < 1:
         raise TwinloopError(f"window stride must be >= 1 tick, got {stride}")
+    if starts_ok is not None and len(starts_ok) != len(trajectories):
+        raise TwinloopError(f"starts_ok has {len(starts_ok)} masks for {len(trajectories)} trajectories")
     groups: dict[int, list[tuple]] = {}
-    for tr in trajectories:
+    for i, tr in enumerate(trajectories):
         L = min(length, tr.ticks)
-        starts = list(range(0, tr.ticks - L + 1, stride))
-        if starts[-1] != tr.ticks - L:
-            starts.append(tr.ticks - L)
-        for s in starts:
+        ok = np.ones(tr.ticks, bool) if starts_ok is None else np.asarray(starts_ok[i], bool)
+        ok = ok[: tr.ticks - L + 1]
+        starts, k = [], 0
+        while k <= tr.ticks - L:
+            if ok[k]:
+                starts.append(k)
+                k += stride
+            else:
+                k += 1
+        for s in starts or [0]:
             groups.setdefault(L, []).append((tr.states[s], tr.actions[s : s + L], tr.states[s + 1 : s + L + 1], tr.index))
     return [
         Windows(
@@ -149,6 +162,33 @@ def make_windows(trajectories: Sequence[Trajectory], length: int, stride: int | 
         )
         for _, rows in sorted(groups.items(), reverse=True)
     ]
+
+
+def free_starts(model: mujoco.MjModel, states: np.ndarray, clearance: float) -> np.ndarray:
+    """``(T+1,)`` True where no two *moving* bodies are within ``clearance`` (m) of contact.
+
+    A window started mid-contact from a noisy state begins with a spurious penetration (or gap)
+    of the order of the noise, and the contact spring turns that into a large, parameter-
+    dependent kick. Starting windows only where moving bodies are apart and letting the twin
+    simulate each contact from its onset avoids that bias. Contacts with the static world
+    (floor, walls) do not count: their geometry carries no measurement noise.
+    """
+    import copy
+
+    m = copy.copy(model)  # a private copy: the margin change must not leak into shared models
+    m.geom_margin[:] = np.maximum(m.geom_margin, clearance)  # report contacts within the clearance
+    d = mujoco.MjData(m)
+    moving = m.body_weldid[m.geom_bodyid] != 0  # per geom: not welded to the world
+    out = np.ones(len(states), bool)
+    for k, s in enumerate(states):
+        d.qpos[:] = s[: m.nq]
+        d.qvel[:] = s[m.nq : m.nq + m.nv]
+        mujoco.mj_forward(m, d)
+        if d.ncon:
+            g = d.contact.geom[: d.ncon]
+            near = moving[g[:, 0]] & moving[g[:, 1]] & (d.contact.dist[: d.ncon] < clearance)
+            out[k] = not near.any()
+    return out
 
 
 def split_episodes(trajectories: Sequence[Trajectory], holdout_fraction: float, seed: int = 0):
@@ -235,5 +275,5 @@ def window_rollout_states(twin, windows: Windows, substeps: int, params: np.ndar
     return np.concatenate([q, v, act], axis=-1), r.ok
 
 
-__all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "make_windows", "split_episodes",
+__all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "free_starts", "make_windows", "split_episodes",
            "window_rollout_states"]

@@ -192,7 +192,7 @@ class EpisodeRecorder:
             twin_state: twin state estimated from ``obs``: a flat ``[qpos, qvel, act]`` vector
                 (needs ``nq``/``nv``) or a ``(qpos, qvel)`` pair; give it every frame or never.
             world_qpos, world_qvel: the world's hidden true state, when it has one.
-            cost: the task's cost of this frame.
+            cost: the task's cost of this frame (``nan`` or ``None`` if unknown).
             tick: the controller's :class:`~twinloop.control.TickInfo` (or ``None``).
         """
         if self._success is not None:
@@ -220,7 +220,10 @@ class EpisodeRecorder:
                 raise TwinloopError(f"{name} has length {arr.size} at frame {frame} but {self._vec[col][0].size} at frame 0")
             checked[col] = arr
         refine = self._tick_values(tick, frame)
-        c = float(cost)
+        try:
+            c = math.nan if cost is None else float(cost)
+        except (TypeError, ValueError) as exc:
+            raise TwinloopError(f"cost must be a number, got {cost!r} at frame {frame}") from exc
         self._t.append(t)
         self._cost.append(c)
         for col, arr in checked.items():

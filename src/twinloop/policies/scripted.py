@@ -7,7 +7,8 @@ the block to a stand-off point behind the contact, approach, then push along ``n
 A push at contact ``r`` (from the block's centroid) along ``n`` moves a block sliding on its
 floor roughly along the generalized direction ``u = (n, (r x n) / r_g)`` (translation,
 rotation times the radius of gyration ``r_g``). The script wants the generalized
-displacement ``D = (goal centroid - centroid, r_g * yaw error)`` and picks the contact that
+displacement ``D = (goal centroid - centroid, w * r_g * yaw error)`` (``w = yaw_weight`` = 2:
+turn first, since turning a T late costs long detours) and picks the contact that
 maximises ``D . u / |u|`` (with a bonus for the contact it used last tick, so it does not
 dither), pushing for ``D . u / |u|`` metres. Nothing in it knows the friction, the mass
 or the pusher's lag beyond a fixed lead: it is tuned against the nominal physics only.
@@ -37,6 +38,7 @@ class ScriptedConfig:
         lag: how far (s) the PD stage trails a moving target; targets run this far ahead.
         lead: how far the target runs ahead of the contact while pushing (m), to overcome
             the PD stage's lag under friction.
+        min_push: shortest push (m), so a nearly finished block still moves.
         standoff: clearance behind the contact point before the approach (m).
         clearance: gap kept from the block while going around it (m).
         in_position: lateral / depth tolerance to start pushing (m).
@@ -51,11 +53,12 @@ class ScriptedConfig:
     push_speed: float = 0.10
     lag: float = 0.2
     lead: float = 0.006
+    min_push: float = 0.003
     standoff: float = 0.02
     clearance: float = 0.012
     in_position: float = 0.008
     hysteresis: float = 0.15
-    yaw_weight: float = 1.0
+    yaw_weight: float = 2.0
     noise: float = 0.004
     jitter: float = 0.006
     top_k: int = 3
@@ -175,7 +178,7 @@ class _PointPusher:
         pts, nrm, u = self._pushes(pose)
         n = nrm[i]
         contact = pts[i] + shift * _rot(self.faces[i], pose[2]) - n * self.pusher_radius
-        push = float(np.clip(u[i] @ self._wanted(pose), 0.0, cfg.push_speed * self.dt * self.H))
+        push = float(np.clip(u[i] @ self._wanted(pose), cfg.min_push, cfg.push_speed * self.dt * self.H))
         rel = p - contact
         depth, lateral = float(rel @ n), float(abs(_cross(n, rel)))
         if lateral < cfg.in_position and -cfg.standoff - cfg.in_position < depth < cfg.in_position:
@@ -275,7 +278,8 @@ class ScriptedBlockPush(_PointPusher):
         self.gyration = float(np.sqrt((2 * h) ** 2 / 6))  # square of side 2h: r_g^2 = (2h)^2 / 6
         self.radius = float(np.sqrt(2) * h)
         self.pusher_radius = task.pusher_radius
-        super().__init__(task, config)
+        # the 0.5 kg cube needs ~2.5 N to slide: the 150 N/m stage must lead by ~15 mm
+        super().__init__(task, config or ScriptedConfig(lead=0.015))
 
     def yaw_error(self, yaw: float) -> float:
         d = 4 * (self.task.goal[2] - yaw)

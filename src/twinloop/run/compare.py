@@ -113,19 +113,20 @@ def episode_seeds(cfg: RunConfig) -> list[int]:
     return [cfg.seed * 100_000 + i for i in range(cfg.episodes)]
 
 
-def ghost_traces(task, n_best: int = 12, stride: int = 5) -> Callable:
-    """``f(tick_info) -> {"pusher": (G, L, 2), "block": (G, L, 2), "chosen": (L, 2) x2}`` for videos:
-    the ``n_best`` lowest-cost candidate rollouts of the tick (first particle)."""
-    ip = getattr(task, "pusher_xy", slice(0, 2))
-    ib = getattr(task, "block_xy", slice(2, 4))
+def ghost_traces(task, max_candidates: int = 32) -> Callable:
+    """``f(tick_info) -> Ghosts`` for videos: pusher and block paths of the tick's candidate
+    rollouts (first particle), the lowest-cost ones highlighted and the chosen plan marked."""
+    from twinloop.viz.video import ghosts_from_rollouts
+
+    xy = (getattr(task, "pusher_xy", (0, 1)), getattr(task, "block_xy", (2, 3)))
 
     def f(tick):
         res = getattr(tick, "result", None)
         if res is None or res.rollouts is None:
             return None
-        q = res.rollouts.qpos[0, :, ::stride]  # (K, L, nq)
-        order = np.argsort(np.where(np.isfinite(res.costs), res.costs, np.inf))[:n_best]
-        return {"pusher": q[order][..., ip], "block": q[order][..., ib]}
+        chosen = int(np.argmin(np.where(np.isfinite(res.costs), res.costs, np.inf)))
+        return ghosts_from_rollouts(res.rollouts.qpos[0], res.costs, xy=xy, chosen=chosen,
+                                    max_candidates=max_candidates)
 
     return f
 
@@ -210,7 +211,13 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
 
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
+    """A fresh dataset for this run's episodes (a previous run's in the same folder is replaced)."""
+    import shutil
+
     from twinloop.data.episodes import Dataset
+
+    if root.exists():
+        shutil.rmtree(root)
 
     info = {
         "fps": 1.0 / task.control_period,
@@ -224,12 +231,4 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
             "config": asdict(cfg),
         },
     }
-    return Dataset.create(root, info, obs_dim=len(task.obs_names), action_dim=task.nu) if _accepts_dims() else Dataset.create(root, info)
-
-
-def _accepts_dims() -> bool:
-    import inspect
-
-    from twinloop.data.episodes import Dataset
-
-    return "obs_dim" in inspect.signature(Dataset.create).parameters
+    return Dataset.create(root, info)

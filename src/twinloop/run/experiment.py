@@ -60,7 +60,7 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     if record:
         from twinloop.data.episodes import EpisodeRecorder
 
-        rec = EpisodeRecorder(episode_index)
+        rec = EpisodeRecorder.for_task(task, episode_index)
     obs = world.reset(seed)
     controller.reset(seed)
     info = world.info() if hasattr(world, "info") else {}

@@ -2,26 +2,34 @@
 
 One call runs a single compiled program: ``vmap`` over P parameter particles, ``vmap`` over K
 candidates, ``lax.scan`` over T physics steps. The program is compiled once per ``(P, K, T)``
-and cached; later calls with the same shapes never retrace, whatever the state, controls or
-parameter values. Inputs are moved to the device once per call and the outputs come back in
-one transfer, so there is no host round trip inside the time loop.
+and cached; later calls with the same shapes never retrace, whatever the states, controls or
+parameter values. Inputs go to the device once per call and the outputs come back in one
+transfer, so there is no host round trip inside the time loop. ``rollout`` (one start state)
+and ``rollout_many`` (a start state per row) share the program: a single state is
+broadcast on the host (K x nstate floats, negligible next to the controls).
 
 Parameters per particle: rather than re-deriving in JAX what ``mj_setConst`` computes after a
 mass change (``body_subtreemass``, ``dof_invweight0``, ``dof_M0`` ...), each particle's model
 is compiled on the CPU with :meth:`ParamSpace.models` (exact derived constants, the same
 models the CPU twin uses), and only the MJX model leaves that a parameter can change are
-stacked into ``(P, ...)`` device arrays. Which leaves those are is found once, by probing
-the space at its bounds and nominal values; the rest of the model is shared by every
-particle. A parameter that would change a static (NumPy, shape-defining) MJX field is
-rejected with an error, since it would force a recompile.
+stacked into ``(P, ...)`` device arrays; the rest of the model is shared by every particle.
+Which leaves those are is found once, by probing the space at its bounds and nominal values,
+so new parameter values never recompile. A list of hand-built models (``params=[m1, m2]``)
+batches whichever leaves differ from the nominal model (a new set compiles a new program).
+A difference in a static (NumPy, shape-defining) MJX field is rejected with an error.
 
-MJX simulates in float32 unless JAX's x64 mode is on, so the arrays returned are float32:
-expect agreement with the CPU twin to about 1e-4 (see tests/test_gpu_backends.py), not to
-the last bit. Buffer donation is not used: every output has a different shape from every
-input, so there is nothing to donate.
+Precision and known differences from CPU MuJoCo:
+- MJX computes in float32 unless JAX's x64 mode is on; the arrays returned are float32.
+- Under ``implicitfast``, MJX keeps the implicit velocity term of a position actuator (kv)
+  even while its force is clipped by ``forcerange``; MuJoCo C drops it then. Pushers whose
+  actuators saturate (a target far from the pusher) therefore move differently, and contact
+  outcomes that depend on them diverge. With unsaturated actuators the two agree to ~1e-4.
+- Buffer donation is not used: every output has a different shape from every input.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +44,7 @@ from twinloop.twin.mujoco import state_size
 
 
 class MjxTwin:
-    """Rolls out batches of control sequences in MJX (JAX), on the default JAX device.
+    """Rolls out batches of control sequences in MJX (JAX), on one JAX device.
 
     Args:
         model: the nominal model (spheres, boxes, planes: MJX lacks some collision pairs).
@@ -47,13 +55,8 @@ class MjxTwin:
 
     name = "mjx"
 
-    def __init__(
-        self,
-        model: mujoco.MjModel,
-        param_space: ParamSpace | None = None,
-        max_speed: float = 1e3,
-        device=None,
-    ):
+    def __init__(self, model: mujoco.MjModel, param_space: ParamSpace | None = None,
+                 max_speed: float = 1e3, device=None):
         if not isinstance(model, mujoco.MjModel):
             raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
         self.model = model
@@ -63,73 +66,84 @@ class MjxTwin:
         self.dt = float(model.opt.timestep)
         self.nu = model.nu
         self.nstate = state_size(model)
+        flat, self._treedef = jax.tree_util.tree_flatten_with_path(self._put(model))
+        self._names = [_leaf_name(path) for path, _ in flat]
+        self._leaves = [leaf for _, leaf in flat]
+        ps = self.param_space
+        probes = ps.models(model, np.stack([ps.low, ps.high, ps.nominal])) if len(ps) else []
+        self._space_batched = self._differing(probes)
+        self._data0 = mjx.make_data(self._put(model), device=self.device, impl="jax")
+        self._dtype = np.dtype(self._data0.qpos.dtype)
+        self._key: object = None
+        self._models: list[mujoco.MjModel] = [model]
+        self._batched: tuple[int, ...] = ()
+        self._stacked: tuple[jax.Array, ...] | None = None
+        self._compiled: dict[tuple, object] = {}
+        self.n_compiles = 0  # programs traced and compiled so far
+        self._set_params(None)
+
+    def _put(self, m: mujoco.MjModel) -> mjx.Model:
         try:
-            mx = mjx.put_model(model, device=self.device, impl="jax")
+            return mjx.put_model(m, device=self.device, impl="jax")
         except NotImplementedError as exc:
             raise TwinloopError(f"MJX cannot simulate this model: {exc}") from exc
-        leaves, self._treedef = jax.tree_util.tree_flatten_with_path(mx)
-        self._names = [_leaf_name(path) for path, _ in leaves]
-        self._leaves = [leaf for _, leaf in leaves]
-        self._batched = self._probe_batched_leaves()
-        self._shared = tuple(x for i, x in enumerate(self._leaves) if i not in self._batched)
-        self._data0 = mjx.make_data(mx, device=self.device)
-        self._param_key: bytes | None = b""
-        self._models: list[mujoco.MjModel] = [model]
-        self._stacked = self._stack([model])
-        self._compiled: dict[tuple[int, int, int], object] = {}
-        self.n_compiles = 0  # programs traced and compiled so far (one per (P, K, T))
 
     # -- parameters --------------------------------------------------------------------------
 
-    def _probe_batched_leaves(self) -> tuple[int, ...]:
-        """Indices of the model leaves that some parameter value changes."""
-        ps = self.param_space
-        if len(ps) == 0:
-            return ()
-        probes = ps.models(self.model, np.stack([ps.low, ps.high, ps.nominal]))
+    def _differing(self, models: list[mujoco.MjModel]) -> tuple[int, ...]:
+        """Indices of the leaves in which any of ``models`` differs from the nominal model."""
         changed: set[int] = set()
-        for m in probes:
-            flat, treedef = jax.tree_util.tree_flatten(mjx.put_model(m, device=self.device, impl="jax"))
+        for m in models:
+            flat, treedef = jax.tree_util.tree_flatten(self._put(m))
             if treedef != self._treedef:
                 raise TwinloopError(
-                    f"a parameter of {ps.names} changes a static MJX model field; the MJX twin "
-                    "can only vary continuous fields per particle (friction, mass, damping, gains...)"
+                    "the particle models differ from the nominal model in a static MJX field; "
+                    "the MJX twin can only vary continuous fields (friction, mass, damping, gains...)"
                 )
-            changed |= {i for i, (a, b) in enumerate(zip(self._leaves, flat)) if not np.array_equal(a, b)}
+            changed |= {i for i, (a, b) in enumerate(zip(self._leaves, flat, strict=True)) if not np.array_equal(a, b)}
         return tuple(sorted(changed))
 
-    def models_for(self, params: np.ndarray | None) -> list[mujoco.MjModel]:
-        """One compiled CPU model per parameter particle (cached while ``params`` is unchanged)."""
+    def models_for(self, params) -> list[mujoco.MjModel]:
+        """One CPU model per parameter particle (cached while ``params`` is unchanged).
+
+        ``params`` is ``None`` (nominal), ``(P, n)`` values of the param space, or a list of
+        ``MjModel`` of the same scene.
+        """
         self._set_params(params)
         return self._models
 
-    def _set_params(self, params: np.ndarray | None) -> None:
+    def _set_params(self, params) -> None:
+        is_list = isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel)
         if params is None:
-            key = b""
+            key = None
+        elif is_list:
+            key = tuple(id(m) for m in params)
         else:
             p = self.param_space.check(np.atleast_2d(params), "params")
-            key = p.tobytes() + bytes(str(p.shape), "ascii")
-        if key == self._param_key:
+            key = (p.shape, p.tobytes())
+        if key == self._key and self._stacked is not None:
             return
-        models = [self.model] if params is None else self.param_space.models(self.model, p)
-        self._stacked = self._stack(models)
-        self._models, self._param_key = models, key
-
-    def _stack(self, models: list[mujoco.MjModel]) -> tuple[jax.Array, ...]:
-        """The batched leaves as ``(P, ...)`` device arrays, one row per model."""
-        rows: list[list[np.ndarray]] = [[] for _ in self._batched]
+        if params is None:
+            models, batched = [self.model], self._space_batched
+        elif is_list:
+            models = _check_models(params, self.model)
+            batched = tuple(sorted(set(self._space_batched) | set(self._differing(models))))
+        else:
+            models, batched = self.param_space.models(self.model, p), self._space_batched
+        rows: list[list[np.ndarray]] = [[] for _ in batched]
         for m in models:
-            mx_flat = None
-            for j, i in enumerate(self._batched):
+            converted = None
+            for j, i in enumerate(batched):
                 ref = self._leaves[i]
                 v = getattr(m, self._names[i], None) if self._names[i] else None
-                if v is None or np.size(v) != ref.size:
-                    # a leaf MJX derives itself: take it from a full conversion of this model
-                    if mx_flat is None:
-                        mx_flat = jax.tree_util.tree_leaves(mjx.put_model(m, device=self.device, impl="jax"))
-                    v = mx_flat[i]
+                if v is None or np.size(v) != ref.size:  # a leaf MJX derives itself
+                    if converted is None:
+                        converted = jax.tree_util.tree_leaves(self._put(m))
+                    v = converted[i]
                 rows[j].append(np.asarray(v, dtype=ref.dtype).reshape(ref.shape))
-        return tuple(jax.device_put(np.stack(r), self.device) for r in rows)
+        self._stacked = tuple(jax.device_put(np.stack(r), self.device) for r in rows)
+        # self._models holds the models, so the ids in a list key stay unique while cached
+        self._models, self._batched, self._key = models, batched, key
 
     # -- rollout ------------------------------------------------------------------------------
 
@@ -139,82 +153,108 @@ class MjxTwin:
         Args:
             state: ``(nstate,)`` twin state ``[qpos, qvel, act]``.
             ctrl: ``(K, T, nu)`` controls per physics step (or ``(T, nu)`` for K=1).
-            params: ``None`` for the nominal model, or ``(P, n_params)`` particle values.
+            params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
+                list of P models of the same scene.
 
         Returns:
             :class:`Rollouts` with float32 arrays ``(P, K, T+1, ...)``.
         """
         s = as_array(state, "state", (self.nstate,))
-        u = _check_ctrl(ctrl, self.nu)
+        u = as_array(ctrl, "ctrl")
+        if u.ndim == 2:
+            u = u[None]
+        if u.ndim != 3 or u.shape[2] != self.nu:
+            raise TwinloopError(f"ctrl must have shape (K, T, {self.nu}), got {np.shape(ctrl)}")
+        return self._run(np.broadcast_to(s, (u.shape[0], self.nstate)), u, params)
+
+    def rollout_many(self, states, ctrl, params=None, sensors: bool = True) -> Rollouts:
+        """Simulate B control sequences, each from its own start state, under each particle.
+
+        Args:
+            states: ``(B, nstate)`` twin states, one per row.
+            ctrl: ``(B, T, nu)`` controls per physics step.
+            params: as for :meth:`rollout`.
+            sensors: accepted for parity with the CPU twin; start sensors are always filled.
+
+        Returns:
+            :class:`Rollouts` with float32 arrays ``(P, B, T+1, ...)``.
+        """
+        s = as_array(states, "states", (None, self.nstate))
+        u = as_array(ctrl, "ctrl", (s.shape[0], None, self.nu))
+        return self._run(s, u, params)
+
+    def _run(self, states: np.ndarray, u: np.ndarray, params) -> Rollouts:
         self._set_params(params)
         K, T, _ = u.shape
         P = len(self._models)
         fn = self._program(P, K, T)
-        dtype = self._data0.qpos.dtype
-        out = fn(self._shared, self._stacked, self._data0, jax.device_put(s.astype(dtype), self.device),
-                 jax.device_put(u.astype(dtype), self.device))
+        out = fn(self._shared(), self._stacked, self._data0,
+                 jax.device_put(states.astype(self._dtype), self.device),
+                 jax.device_put(u.astype(self._dtype), self.device))
         qpos, qvel, sens, ok = jax.device_get(out)  # the one device -> host transfer
         return Rollouts(qpos=qpos, qvel=qvel, sensordata=sens, ctrl=u, ok=ok, dt=self.dt)
 
+    def _shared(self) -> tuple[jax.Array, ...]:
+        b = set(self._batched)
+        return tuple(x for i, x in enumerate(self._leaves) if i not in b)
+
     def _program(self, P: int, K: int, T: int):
-        key = (P, K, T)
+        key = (P, K, T, self._batched)
         if key not in self._compiled:
             if len(self._compiled) >= 8:  # bound device memory held by stale programs
                 self._compiled.pop(next(iter(self._compiled)))
-            dtype = self._data0.qpos.dtype
+            dt = self._dtype
             args = (
-                self._shared,
+                self._shared(),
                 tuple(jax.ShapeDtypeStruct((P, *self._leaves[i].shape), self._leaves[i].dtype) for i in self._batched),
                 self._data0,
-                jax.ShapeDtypeStruct((self.nstate,), dtype),
-                jax.ShapeDtypeStruct((K, T, self.nu), dtype),
+                jax.ShapeDtypeStruct((K, self.nstate), dt),
+                jax.ShapeDtypeStruct((K, T, self.nu), dt),
             )
-            self._compiled[key] = jax.jit(self._rollout_fn).lower(*args).compile()
+            fn = functools.partial(self._rollout_fn, P, self._batched)
+            self._compiled[key] = jax.jit(fn).lower(*args).compile()
             self.n_compiles += 1
         return self._compiled[key]
 
-    def _model(self, shared, batched_row) -> mjx.Model:
-        leaves, si, bi = [], iter(shared), iter(batched_row)
-        for i in range(len(self._leaves)):
-            leaves.append(next(bi) if i in self._batched else next(si))
-        return jax.tree_util.tree_unflatten(self._treedef, leaves)
-
-    def _rollout_fn(self, shared, batched, data0, state, ctrl):
-        """Traced once per shape: ``(P,...)`` leaves, ``(nstate,)`` state, ``(K, T, nu)`` ctrl."""
+    def _rollout_fn(self, P, batched, shared, stacked, data0, states, ctrl):
+        """Traced once per program: ``(P, ...)`` leaves, ``(K, nstate)`` states, ``(K, T, nu)`` ctrl."""
         m0 = self.model
         nq, nv = m0.nq, m0.nv
+        b = set(batched)
 
-        def particle(batched_row):
-            m = self._model(shared, batched_row)
-            d = data0.replace(qpos=state[:nq], qvel=state[nq : nq + nv])
-            if m0.na:
-                d = d.replace(act=state[nq + nv :])
-            d = mjx.forward(m, d)  # sensors at the start state
+        def particle(row):
+            leaves, si, bi = [], iter(shared), iter(row)
+            for i in range(len(self._leaves)):
+                leaves.append(next(bi) if i in b else next(si))
+            m = jax.tree_util.tree_unflatten(self._treedef, leaves)
 
-            def candidate(u):
+            def candidate(s, u):
+                d = data0.replace(qpos=s[:nq], qvel=s[nq : nq + nv])
+                if m0.na:
+                    d = d.replace(act=s[nq + nv :])
+                d = mjx.forward(m, d)  # sensors at the start state
+
                 def step(d, ut):
                     d = mjx.step(m, d.replace(ctrl=ut))
                     return d, (d.qpos, d.qvel, d.sensordata)
 
-                return jax.lax.scan(step, d, u)[1]
+                q, v, sd = jax.lax.scan(step, d, u)[1]
+                return _prepend(d.qpos, q), _prepend(d.qvel, v), _prepend(d.sensordata, sd)
 
-            q, v, sd = jax.vmap(candidate)(ctrl)  # (K, T, ...)
-            return _prepend(d.qpos, q), _prepend(d.qvel, v), _prepend(d.sensordata, sd)
+            return jax.vmap(candidate)(states, ctrl)  # (K, T+1, ...)
 
-        qpos, qvel, sens = jax.vmap(particle)(batched) if self._batched else _one(particle, batched)
-        ok = jnp.isfinite(qpos).all(axis=(2, 3)) & jnp.isfinite(qvel).all(axis=(2, 3))
-        ok &= (jnp.abs(qvel) <= self.max_speed).all(axis=(2, 3))
+        if batched:
+            qpos, qvel, sens = jax.vmap(particle)(stacked)
+        else:  # no leaf varies: simulate once, every particle sees the same model
+            qpos, qvel, sens = (jnp.broadcast_to(x, (P, *x.shape)) for x in particle(()))
+        # NaN fails the speed comparison, so qvel needs no separate finiteness pass
+        ok = jnp.isfinite(qpos).all(axis=(2, 3)) & (jnp.abs(qvel) <= self.max_speed).all(axis=(2, 3))
         return qpos, qvel, sens, ok
 
 
-def _one(particle, batched):
-    # no batched leaves: one shared model for every particle (P = 1)
-    return tuple(x[None] for x in particle(()))
-
-
 def _prepend(x0: jax.Array, x: jax.Array) -> jax.Array:
-    """``(K, T, n)`` trajectory with the start value ``(n,)`` put in front: ``(K, T+1, n)``."""
-    return jnp.concatenate([jnp.broadcast_to(x0, (x.shape[0], 1, x0.shape[-1])), x], axis=1)
+    """``(T, n)`` trajectory with its start value ``(n,)`` put in front: ``(T+1, n)``."""
+    return jnp.concatenate([x0[None], x], axis=0)
 
 
 def _leaf_name(path) -> str | None:
@@ -224,10 +264,9 @@ def _leaf_name(path) -> str | None:
     return None
 
 
-def _check_ctrl(ctrl, nu: int) -> np.ndarray:
-    u = as_array(ctrl, "ctrl")
-    if u.ndim == 2:
-        u = u[None]
-    if u.ndim != 3 or u.shape[2] != nu:
-        raise TwinloopError(f"ctrl must have shape (K, T, {nu}), got {np.shape(ctrl)}")
-    return u
+def _check_models(models, nominal: mujoco.MjModel) -> list[mujoco.MjModel]:
+    sizes = (nominal.nq, nominal.nv, nominal.nu, nominal.na, nominal.nsensordata)
+    for i, m in enumerate(models):
+        if not isinstance(m, mujoco.MjModel) or (m.nq, m.nv, m.nu, m.na, m.nsensordata) != sizes:
+            raise TwinloopError(f"params[{i}] is not a model of the same scene (nq, nv, nu, na, nsensordata differ)")
+    return list(models)

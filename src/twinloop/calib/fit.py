@@ -1,0 +1,563 @@
+"""Calibration: fit a twin's :class:`~twinloop.params.ParamSpace` to recorded episodes.
+
+Multiple shooting (see :mod:`twinloop.calib.windows`): every window restarts from its recorded
+state and replays the recorded actions; the residual stacks the weighted state errors at every
+tick boundary of every window, ``r(x)`` of length ``m``. Methods, all behind :func:`calibrate`:
+
+- ``least_squares``: bounded Levenberg-Marquardt / Gauss-Newton of ``mujoco.minimize``
+  (finite-difference Jacobian, every column simulated in one batched rollout).
+- ``cma``: CMA-ES (``cma`` package) on the bound-normalized parameters; gradient-free, so it
+  does not care how rough contact makes ``r(x)``.
+- ``mjx``: least squares with a forward-mode (``jax.jacfwd``) Jacobian through MJX; needs the
+  ``[gpu]`` extra.
+
+The result is a :class:`Posterior` (Laplace approximation at the optimum ``x*``)::
+
+    s^2   = |r(x*)|^2 / (m - n)                        residual variance
+    F     = J^T J / s^2                                data information (J = dr/dx at x*)
+    C     = F^-1  (cluster-robust by window when there are enough windows)
+    Sigma = (C^-1 + Sigma_0^-1)^-1                     with the prior's Sigma_0, so it is proper
+
+Identifiability is judged on the data alone (``C`` and the spectrum of ``F``), not on the prior:
+a parameter is NOT IDENTIFIABLE when its data-only 95% half-width exceeds ``max_rel_width`` of
+its size, or when it loads on a direction the data do not constrain (eigenvalue of the
+prior-scaled information below ``null_tol`` times the largest). Pairs whose data-only estimates
+correlate beyond ``max_corr`` are named as confounded (a constant-speed push fixes
+friction x mass, not each).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from twinloop.calib.windows import (
+    StateError,
+    Trajectory,
+    Windows,
+    as_trajectories,
+    free_starts,
+    make_windows,
+    split_episodes,
+    window_rollout_states,
+)
+from twinloop.errors import TwinloopError, choose
+from twinloop.params import ParamSpace
+from twinloop.tasks.base import Task
+
+METHODS = ("least_squares", "cma", "mjx")
+_BAD = 1e3  # residual per component of an unstable rollout (in error units): huge but finite
+
+
+@dataclass(frozen=True)
+class CalibConfig:
+    """Knobs of a calibration.
+
+    Attributes:
+        method: ``least_squares`` | ``cma`` | ``mjx``.
+        window: window length (control ticks).
+        stride: ticks between window starts (default: ``window``, no overlap).
+        start_clearance: start windows only where no two moving bodies are this close (m) to
+            contact (see :func:`~twinloop.calib.windows.free_starts`); ``None`` starts anywhere.
+        pos_scale: error unit of positions (m): 1 mm error counts 1.
+        angle_scale: error unit of angles (rad).
+        vel_scale: error unit of velocities (m/s; rad/s scaled like angles).
+        use_velocity: compare velocities too (they carry most of the friction signal).
+        max_evals: simulation budget, in parameter vectors evaluated on all windows.
+        max_iter: least-squares iterations (within the budget).
+        jac_step: central-difference step of the Jacobian, as a fraction of each prior std
+            (large on purpose: a secant over contact roughness, see :func:`_jacobian`).
+        cma_sigma: CMA-ES initial step, as a fraction of each bound width.
+        cma_popsize: CMA-ES population (default: cma's 4 + 3 ln n).
+        holdout_fraction: share of episodes held out for the before/after error when no
+            holdout is given (0 keeps all for fitting).
+        particles: posterior samples to return (the first is the estimate).
+        max_rel_width: identifiability limit on the data-only 95% half-width, relative to
+            ``max(|estimate|, 10% of the bound width)``.
+        max_corr: |correlation| beyond which a pair is reported confounded.
+        null_tol: eigenvalue ratio of the scaled information below which a direction is
+            unconstrained.
+        seed: seed of CMA-ES, the holdout split and the particles.
+    """
+
+    method: str = "least_squares"
+    window: int = 5
+    stride: int | None = None
+    start_clearance: float | None = 0.003
+    pos_scale: float = 1e-3
+    angle_scale: float = 1e-2
+    vel_scale: float = 2e-2
+    use_velocity: bool = True
+    max_evals: int = 400
+    max_iter: int = 50
+    jac_step: float = 0.1
+    cma_sigma: float = 0.2
+    cma_popsize: int | None = None
+    holdout_fraction: float = 0.0
+    particles: int = 16
+    max_rel_width: float = 0.25
+    max_corr: float = 0.95
+    null_tol: float = 1e-8
+    seed: int = 0
+
+    def __post_init__(self):
+        choose("calibration method", self.method, METHODS)
+        if self.window < 1:
+            raise TwinloopError(f"window must be >= 1 tick, got {self.window}")
+        if self.max_evals < 2:
+            raise TwinloopError(f"max_evals must be >= 2, got {self.max_evals}")
+        if self.particles < 1:
+            raise TwinloopError(f"particles must be >= 1, got {self.particles}")
+        if not 0 < self.cma_sigma <= 1:
+            raise TwinloopError(f"cma_sigma must be in (0, 1] (fraction of the bound width), got {self.cma_sigma}")
+        if not 0 <= self.holdout_fraction < 1:
+            raise TwinloopError(f"holdout_fraction must be in [0, 1), got {self.holdout_fraction}")
+
+
+@dataclass
+class Posterior:
+    """What the data say about the parameters. Arrays are in parameter units, ``n = len(names)``.
+
+    Attributes:
+        names: parameter names.
+        estimate: ``(n,)`` best fit ``x*``.
+        covariance: ``(n, n)`` posterior covariance (data Laplace approximation + prior).
+        interval: ``(n, 2)`` 95% posterior interval, clipped to the bounds.
+        data_std: ``(n,)`` standard deviation from the data alone (``inf``: not constrained).
+        correlation: ``(n, n)`` data-only correlation of the estimates.
+        identifiable: ``(n,)`` False = NOT IDENTIFIABLE from these data.
+        reasons: per parameter, why it is not identifiable (empty when it is).
+        confounded: pairs ``(name_a, name_b, correlation)`` beyond ``max_corr``.
+        singular_values: ``(n,)`` of the prior-scaled Jacobian ``J diag(prior_std) / s``.
+        particles: ``(P, n)`` samples from the posterior (first = estimate), within bounds.
+        low, high: ``(n,)`` bounds.
+        method: the calibration method.
+        train_error: RMS weighted state error on the fitting windows, ``(before, after)``.
+        holdout_error: the same on held-out episodes (``nan`` without any).
+        n_evals: parameter vectors simulated; sim_steps: physics steps simulated.
+        n_windows, n_transitions: data size.
+        seconds: wall time.
+        x0: the starting point.
+    """
+
+    names: list[str]
+    estimate: np.ndarray
+    covariance: np.ndarray
+    interval: np.ndarray
+    data_std: np.ndarray
+    correlation: np.ndarray
+    identifiable: np.ndarray
+    reasons: list[str]
+    confounded: list[tuple[str, str, float]]
+    singular_values: np.ndarray
+    particles: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    method: str
+    train_error: tuple[float, float]
+    holdout_error: tuple[float, float]
+    n_evals: int
+    sim_steps: int
+    n_windows: int
+    n_transitions: int
+    seconds: float
+    x0: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def std(self) -> np.ndarray:
+        """``(n,)`` posterior standard deviation."""
+        return np.sqrt(np.diag(self.covariance))
+
+    @property
+    def all_identifiable(self) -> bool:
+        return bool(np.all(self.identifiable))
+
+    def error(self, truth) -> np.ndarray:
+        """``(n,)`` relative error ``|estimate - truth| / |truth|``."""
+        t = np.asarray(truth, dtype=float)
+        if t.shape != self.estimate.shape:
+            raise TwinloopError(f"truth must have shape {self.estimate.shape}, got {t.shape}")
+        return np.abs(self.estimate - t) / np.maximum(np.abs(t), 1e-12)
+
+    def report(self, truth=None) -> str:
+        """A plain-text table: every value with its interval and identifiability."""
+        lines = [f"calibration ({self.method}): {self.n_windows} windows, {self.n_transitions} transitions, "
+                 f"{self.n_evals} evaluations, {self.seconds:.1f} s"]
+        head = f"  {'parameter':<16} {'estimate':>10} {'95% interval':>23} {'data sd':>9}"
+        if truth is not None:
+            head += f" {'truth':>9} {'error':>7}"
+        lines.append(head + "  status")
+        for i, name in enumerate(self.names):
+            lo, hi = self.interval[i]
+            row = f"  {name:<16} {self.estimate[i]:>10.4g} [{lo:>10.4g}, {hi:>10.4g}] {self.data_std[i]:>9.2g}"
+            if truth is not None:
+                t = float(np.asarray(truth)[i])
+                row += f" {t:>9.4g} {self.error(truth)[i]:>7.1%}"
+            row += "  ok" if self.identifiable[i] else f"  NOT IDENTIFIABLE ({self.reasons[i]})"
+            lines.append(row)
+        for a, b, r in self.confounded:
+            lines.append(f"  confounded: {a} and {b} (correlation {r:+.3f}); the data fix a combination, not each")
+        tb, ta = self.train_error
+        hb, ha = self.holdout_error
+        lines.append(f"  state error (RMS, error units): train {tb:.3g} -> {ta:.3g}; holdout {hb:.3g} -> {ha:.3g}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (arrays as lists; ``inf`` as the string ``"inf"``)."""
+        out = {}
+        for k, v in asdict(self).items():
+            if isinstance(v, np.ndarray):
+                v = v.tolist()
+            out[k] = _json_safe(v)
+        out["all_identifiable"] = self.all_identifiable
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Posterior:
+        d = {k: _json_load(v) for k, v in d.items() if k != "all_identifiable"}
+        arrays = ("estimate", "covariance", "interval", "data_std", "correlation", "identifiable",
+                  "singular_values", "particles", "low", "high", "x0")
+        for k in arrays:
+            d[k] = np.asarray(d[k], dtype=bool if k == "identifiable" else float)
+        d["confounded"] = [tuple(c) for c in d["confounded"]]
+        d["train_error"] = tuple(d["train_error"])
+        d["holdout_error"] = tuple(d["holdout_error"])
+        return cls(**d)
+
+
+def _json_safe(v):
+    if isinstance(v, float):
+        return "inf" if v == np.inf else "-inf" if v == -np.inf else "nan" if v != v else v
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, (np.floating, np.integer, np.bool_)):
+        return _json_safe(v.item())
+    return v
+
+
+def _json_load(v):
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    if isinstance(v, list):
+        return [_json_load(x) for x in v]
+    return v
+
+
+# -- the least-squares problem ------------------------------------------------------------------
+
+
+class _Budget(Exception):
+    """The simulation budget is spent (caught by :func:`calibrate`)."""
+
+
+class WindowProblem:
+    """The multiple-shooting residual ``r(x)`` of a set of windows.
+
+    Args:
+        task: supplies ``substeps``.
+        twin: a twin with ``rollout_many`` (e.g. :class:`~twinloop.twin.MujocoTwin`).
+        windows: window groups from :func:`make_windows`.
+        error: the :class:`StateError`.
+    """
+
+    def __init__(self, task: Task, twin, windows: Sequence[Windows], error: StateError):
+        if not hasattr(twin, "rollout_many"):
+            raise TwinloopError(f"twin {type(twin).__name__} has no rollout_many; calibration needs a batched twin")
+        self.task, self.twin, self.windows, self.error = task, twin, list(windows), error
+        self.substeps = task.substeps
+        self.size = sum(len(w) * w.length * error.size for w in self.windows)
+        self.steps_per_eval = sum(len(w) * w.length * self.substeps for w in self.windows)
+
+    def residuals(self, params: np.ndarray) -> np.ndarray:
+        """``(P, n)`` parameter vectors -> ``(P, m)`` residuals (unstable windows get a large
+        finite value so that an optimizer backs off rather than crashing)."""
+        out = []
+        for w in self.windows:
+            pred, ok = window_rollout_states(self.twin, w, self.substeps, params)
+            r = self.error(pred, w.targets[None])  # (P, B, L, k)
+            r = np.where(ok[:, :, None, None] & np.isfinite(r), r, _BAD)
+            out.append(r.reshape(len(r), -1))
+        return np.concatenate(out, axis=1)
+
+    def window_blocks(self) -> np.ndarray:
+        """``(m,)`` window id of each residual entry (for cluster-robust covariance)."""
+        ids, start = [], 0
+        for w in self.windows:
+            per = w.length * self.error.size
+            ids.append(np.repeat(np.arange(start, start + len(w)), per))
+            start += len(w)
+        return np.concatenate(ids)
+
+
+class _Counted:
+    """Wraps a problem: counts evaluations, keeps the best point seen, enforces the budget."""
+
+    def __init__(self, problem: WindowProblem, space: ParamSpace, max_evals: int,
+                 progress: Callable[[int, float], None] | None):
+        self.problem, self.space, self.max_evals, self.progress = problem, space, max_evals, progress
+        self.n_evals = 0
+        self.best_x: np.ndarray | None = None
+        self.best_f = np.inf
+        self.enforce = True
+
+    def __call__(self, params: np.ndarray) -> np.ndarray:
+        p = np.clip(np.atleast_2d(params), self.space.low, self.space.high)
+        if self.enforce and self.n_evals + len(p) > self.max_evals:
+            raise _Budget
+        r = self.problem.residuals(p)
+        self.n_evals += len(p)
+        f = 0.5 * (r**2).sum(axis=1)
+        j = int(np.argmin(f))
+        if f[j] < self.best_f:
+            self.best_f, self.best_x = float(f[j]), p[j].copy()
+        if self.progress is not None:
+            self.progress(self.n_evals, self.best_f)
+        return r
+
+
+# -- methods -----------------------------------------------------------------------------------
+
+
+def _fit_least_squares(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) -> None:
+    from mujoco import minimize
+
+    def residual(x):  # mujoco.minimize: (n, k) points -> (m, k) residuals
+        return fn(x.T).T
+
+    def jacobian(x, r):
+        return _jacobian(fn, x[:, 0], space, cfg.jac_step)
+
+    minimize.least_squares(
+        x0.copy(), residual, bounds=[space.low, space.high], jacobian=jacobian,
+        max_iter=cfg.max_iter, verbose=0, x_scale=space.prior_std,
+    )
+
+
+def _fit_cma(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) -> None:
+    import cma
+
+    lo, hi = space.low, space.high
+    opts = {"bounds": [0.0, 1.0], "seed": cfg.seed + 1, "verbose": -9, "maxfevals": cfg.max_evals,
+            "tolfun": 1e-12, "tolx": 1e-7}
+    if cfg.cma_popsize:
+        opts["popsize"] = cfg.cma_popsize
+    es = cma.CMAEvolutionStrategy(list((x0 - lo) / (hi - lo)), cfg.cma_sigma, opts)
+    while not es.stop():
+        u = np.clip(np.asarray(es.ask()), 0.0, 1.0)
+        r = fn(lo + u * (hi - lo))
+        es.tell(list(u), (0.5 * (r**2).sum(axis=1)).tolist())
+
+
+def _fit_mjx(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) -> None:
+    try:
+        import jax  # noqa: F401
+        from mujoco import mjx  # noqa: F401
+    except ImportError as exc:
+        raise TwinloopError(
+            "calibration method 'mjx' needs the [gpu] extra (jax, mujoco-mjx): "
+            f"pip install 'twinloop[gpu]' ({exc})"
+        ) from exc
+    from twinloop.calib.mjx_grad import fit_mjx  # pragma: no cover - needs jax
+
+    fit_mjx(fn, x0, space, cfg)  # pragma: no cover
+
+
+_METHODS = {"least_squares": _fit_least_squares, "cma": _fit_cma, "mjx": _fit_mjx}
+
+
+# -- posterior ---------------------------------------------------------------------------------
+
+
+def _jacobian(fn: _Counted, x: np.ndarray, space: ParamSpace, step: float) -> np.ndarray:
+    """``(m, n)`` central-difference Jacobian at ``x`` with steps ``step * prior_std`` (one
+    batched evaluation of ``2n`` points).
+
+    Contact makes ``r(x)`` rough on small scales (a slightly different friction changes which
+    corner touches first), so an infinitesimal finite difference measures that roughness, not
+    the trend; a step of a tenth of the prior width is a secant over it.
+    """
+    n = len(x)
+    h = step * space.prior_std
+    X = np.clip(np.concatenate([x + np.diag(h), x - np.diag(h)]), space.low, space.high)
+    R = fn(X)
+    dx = X[:n].diagonal() - X[n:].diagonal()
+    return ((R[:n] - R[n:]) / dx[:, None]).T
+
+
+def _laplace(J: np.ndarray, r: np.ndarray, blocks: np.ndarray, x: np.ndarray, space: ParamSpace,
+             cfg: CalibConfig):
+    """Data covariance, posterior covariance and identifiability from ``J`` and ``r`` at ``x``."""
+    m, n = J.shape
+    D = space.prior_std
+    dof = max(m - n, 1)
+    s2 = max(float(r @ r) / dof, 1e-300)
+    Js = J * D  # prior-scaled columns: the prior is N(0, I) in these units
+    F = Js.T @ Js / s2
+    lam, V = np.linalg.eigh(F)
+    lam_max = max(float(lam.max()), 1e-300)
+    null = lam < cfg.null_tol * lam_max
+    # data covariance in scaled units; unconstrained directions have infinite variance
+    inv_lam = np.where(null, np.inf, 1.0 / np.where(null, 1.0, lam))
+    with np.errstate(invalid="ignore"):
+        var_s = np.array([np.sum(np.where(V[i] ** 2 > 1e-20, V[i] ** 2 * inv_lam, 0.0)) for i in range(n)])
+    C_s = (V * np.where(null, 0.0, inv_lam)) @ V.T  # pseudo-inverse on the constrained part
+    n_win = int(blocks.max()) + 1 if blocks.size else 0
+    if not null.any() and n_win >= 4 * n:
+        # cluster-robust (sandwich) by window: errors within a window share its noisy start
+        # state, so they are not independent; keep whichever estimate is the more cautious
+        G = np.zeros((n_win, n))
+        np.add.at(G, blocks, Js * r[:, None])
+        C_rob = C_s @ (G.T @ G / s2**2) @ C_s * n_win / max(n_win - n, 1)
+        if np.trace(C_rob) > np.trace(C_s):
+            C_s = C_rob
+            var_s = np.diag(C_s).copy()
+    data_std = np.sqrt(var_s) * D
+    # posterior: data information plus the unit prior (scaled units)
+    prec = V @ np.diag(np.where(null, 0.0, lam)) @ V.T
+    if not null.any():
+        prec = np.linalg.pinv(C_s)
+    post_s = np.linalg.inv(prec + np.eye(n))
+    cov = post_s * np.outer(D, D)
+    # data-only correlation (ridge keeps it finite along unconstrained directions)
+    Cr = np.linalg.inv(F + 1e-9 * lam_max * np.eye(n)) if null.any() else C_s
+    sd = np.sqrt(np.maximum(np.diag(Cr), 1e-300))
+    corr = Cr / np.outer(sd, sd)
+    np.fill_diagonal(corr, 1.0)
+    sv = np.sqrt(np.maximum(lam[::-1], 0.0))
+    return cov, data_std, corr, null, V, sv
+
+
+def _identifiability(x, data_std, corr, null, V, space: ParamSpace, cfg: CalibConfig):
+    names = space.names
+    n = len(names)
+    ref = np.maximum(np.abs(x), 0.1 * (space.high - space.low))
+    rel = 1.96 * data_std / ref
+    ok = np.ones(n, bool)
+    reasons = [""] * n
+    loads = (V[:, null] ** 2).sum(axis=1) if null.any() else np.zeros(n)
+    confounded = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if abs(corr[i, j]) > cfg.max_corr:
+                confounded.append((names[i], names[j], float(corr[i, j])))
+    for i in range(n):
+        why = []
+        if loads[i] > 0.1:
+            why.append("the data do not constrain it")
+        elif not rel[i] <= cfg.max_rel_width:
+            why.append(f"95% half-width {rel[i]:.0%} of its size")
+        partners = [b if a == names[i] else a for a, b, _ in confounded if names[i] in (a, b)]
+        if why and partners:
+            why.append(f"confounded with {', '.join(partners)}")
+        if why:
+            ok[i] = False
+            reasons[i] = "; ".join(why)
+    return ok, reasons, confounded
+
+
+def _rms(r: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(r**2))) if r.size else float("nan")
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, method: str | None = None,
+              *, holdout: Sequence | None = None, config: CalibConfig | None = None, x0=None, twin=None,
+              progress: Callable[[int, float], None] | None = None) -> Posterior:
+    """Fit ``space`` (default ``task.param_space()``) to recorded ``episodes``.
+
+    Args:
+        task: the task the episodes were recorded on (model, substeps, obs -> state).
+        episodes: recorded episodes (see :func:`~twinloop.calib.windows.as_trajectories`).
+        space: the parameters to fit.
+        method: overrides ``config.method``.
+        holdout: episodes kept out of the fit for the before/after error (default: a
+            ``config.holdout_fraction`` split of ``episodes``).
+        config: :class:`CalibConfig`.
+        x0: ``(n,)`` starting point (default: the space's nominal values).
+        twin: a twin of ``task.model`` with ``rollout_many`` over ``space`` (default: a new
+            CPU MuJoCo twin).
+        progress: ``f(n_evals, best_objective)`` after every batch of evaluations.
+
+    Returns:
+        The :class:`Posterior`.
+    """
+    t_start = time.perf_counter()
+    cfg = config or CalibConfig()
+    if method is not None:
+        cfg = CalibConfig(**{**asdict(cfg), "method": method})
+    space = space if space is not None else task.param_space()
+    if len(space) == 0:
+        raise TwinloopError("the parameter space is empty: nothing to calibrate")
+    x0 = space.nominal if x0 is None else space.check(np.asarray(x0, dtype=float), "x0")
+    trajs = as_trajectories(task, episodes)
+    if holdout is not None:
+        train, held = trajs, (as_trajectories(task, holdout) if len(holdout) else [])
+    else:
+        train, held = split_episodes(trajs, cfg.holdout_fraction, cfg.seed)
+    if twin is None:
+        from twinloop.twin import make_twin
+
+        twin = make_twin("mujoco", task.model, space)
+    elif list(twin.param_space.names) != space.names:
+        raise TwinloopError(f"twin varies {twin.param_space.names} but calibration fits {space.names}")
+    error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
+    problem = WindowProblem(task, twin, _windows(task, train, cfg), error)
+    fn = _Counted(problem, space, cfg.max_evals, progress)
+    r0 = fn(x0[None])[0]
+    try:
+        _METHODS[cfg.method](fn, x0, space, cfg)
+    except _Budget:
+        pass  # the best point seen so far stands
+    x = fn.best_x
+    # the posterior's local Jacobian is simulated outside the fitting budget
+    fn.enforce = False
+    r = fn(x[None])[0]
+    J = _jacobian(fn, x, space, cfg.jac_step)
+    cov, data_std, corr, null, V, sv = _laplace(J, r, problem.window_blocks(), x, space, cfg)
+    ok, reasons, confounded = _identifiability(x, data_std, corr, null, V, space, cfg)
+    sd = np.sqrt(np.diag(cov))
+    interval = np.stack([np.maximum(x - 1.96 * sd, space.low), np.minimum(x + 1.96 * sd, space.high)], axis=1)
+    particles = _sample(x, cov, space, cfg.particles, cfg.seed)
+    hold_err = (float("nan"), float("nan"))
+    if held:
+        hp = WindowProblem(task, twin, _windows(task, held, cfg), error)
+        hr = hp.residuals(np.stack([x0, x]))
+        hold_err = (_rms(hr[0]), _rms(hr[1]))
+    return Posterior(
+        names=space.names, estimate=x, covariance=cov, interval=interval, data_std=data_std,
+        correlation=corr, identifiable=ok, reasons=reasons, confounded=confounded,
+        singular_values=sv, particles=particles, low=space.low, high=space.high, method=cfg.method,
+        train_error=(_rms(r0), _rms(r)), holdout_error=hold_err, n_evals=fn.n_evals,
+        sim_steps=fn.n_evals * problem.steps_per_eval, n_windows=sum(len(w) for w in problem.windows),
+        n_transitions=sum(t.ticks for t in train), seconds=time.perf_counter() - t_start, x0=x0,
+    )
+
+
+def _windows(task: Task, trajs: Sequence[Trajectory], cfg: CalibConfig) -> list[Windows]:
+    ok = None
+    if cfg.start_clearance is not None:
+        ok = [free_starts(task.model, t.states, cfg.start_clearance) for t in trajs]
+    return make_windows(trajs, cfg.window, cfg.stride, ok)
+
+
+def _sample(x: np.ndarray, cov: np.ndarray, space: ParamSpace, n: int, seed: int) -> np.ndarray:
+    """``(n, len(x))`` Gaussian posterior draws clipped to the bounds; the first is ``x``."""
+    rng = np.random.default_rng(seed)
+    w, V = np.linalg.eigh((cov + cov.T) / 2)
+    L = V * np.sqrt(np.maximum(w, 0.0))
+    z = rng.standard_normal((n, len(x)))
+    z[0] = 0.0
+    return np.clip(x + z @ L.T, space.low, space.high)
+
+
+def recovery_error(posterior: Posterior, truth) -> float:
+    """Largest relative error over parameters (the RSR loop's ``param_error``)."""
+    return float(np.max(posterior.error(truth)))
+
+
+__all__ = ["METHODS", "CalibConfig", "Posterior", "Trajectory", "WindowProblem", "calibrate", "recovery_error"]

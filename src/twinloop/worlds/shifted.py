@@ -1,0 +1,146 @@
+"""A stand-in real world: the task's scene with hidden physics the twin does not know.
+
+``ShiftedWorld(task, severity, seed)`` differs from the nominal twin by
+
+- **physical parameters** (every parameter of ``task.param_space()``): each moved from its
+  nominal value by a factor ``exp(d * m)``, with a seeded direction ``d = +-1`` and a
+  magnitude ``m ~ U(0.7, 1) * LOG_SHIFT[severity]`` (a parameter whose nominal is 0 moves up
+  by ``m / 4`` of its bound width), clipped to the parameter's bounds;
+- **observation noise**: Gaussian, per observation entry (positions m, angles rad,
+  velocities m/s or rad/s), seeded by ``reset(seed)``;
+- **actuation delay**: each action reaches the actuators ``delay_steps`` physics steps late
+  (a queue of per-step controls, filled with the hold action at reset);
+- at severity >= 3, **other solver settings**: Euler integrator instead of the twin's, an
+  elliptic friction cone and contacts twice as soft (``geom_solref`` time constant x2).
+
+Severity 0 is the nominal twin exactly (no noise, no delay). Levels::
+
+    severity          0     1      2 (demo)   3
+    log-shift         0     0.2    0.45       0.8     (factors ~1.2, ~1.6, ~2.2)
+    position noise    0     0.3mm  0.5mm      1mm
+    angle noise       0     0.003  0.005      0.01 rad
+    velocity noise    0     0.005  0.01       0.02 (m/s or rad/s)
+    delay (steps)     0     2      4          8       (x timestep: 10, 20, 40 ms at 5 ms)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import mujoco
+import numpy as np
+
+from twinloop.errors import TwinloopError, as_array
+from twinloop.tasks.base import Task
+from twinloop.worlds.base import SimWorld
+
+LOG_SHIFT = (0.0, 0.2, 0.45, 0.8)
+POS_NOISE = (0.0, 0.0003, 0.0005, 0.001)
+ANG_NOISE = (0.0, 0.003, 0.005, 0.01)
+VEL_NOISE = (0.0, 0.005, 0.01, 0.02)
+DELAY_STEPS = (0, 2, 4, 8)
+
+
+def shifted_params(task: Task, severity: int, seed: int) -> np.ndarray:
+    """Hidden parameter values ``(n,)`` in the order of ``task.param_space()``."""
+    space = task.param_space()
+    rng = np.random.default_rng([seed, 1])
+    d = rng.choice([-1.0, 1.0], len(space))
+    m = LOG_SHIFT[severity] * rng.uniform(0.7, 1.0, len(space))
+    nom, lo, hi = space.nominal, space.low, space.high
+    up = nom + m / 4 * (hi - lo)  # for a nominal of 0, where a factor would do nothing
+    v = np.where(nom > 0, nom * np.exp(d * m), up)
+    return np.clip(v, lo, hi)
+
+
+def _noise_scales(task: Task, severity: int) -> np.ndarray:
+    """Per-entry noise std from the observation names (velocities, angles, positions)."""
+    out = []
+    for name in task.obs_names:
+        if name.rsplit("_", 1)[-1] in ("vx", "vy", "vz", "wx", "wy", "wz"):
+            out.append(VEL_NOISE[severity])
+        elif "yaw" in name or "angle" in name:
+            out.append(ANG_NOISE[severity])
+        else:
+            out.append(POS_NOISE[severity])
+    return np.array(out)
+
+
+class ShiftedWorld(SimWorld):
+    """The task's scene with seeded hidden physics, observation noise and actuation delay.
+
+    Args:
+        task: the task (its nominal model is the starting point).
+        severity: 0 (identical to nominal) .. 3 (severe); 2 is the demo default.
+        seed: draws the hidden parameter values (not the episodes: ``reset(seed)`` seeds
+            the start state and the noise).
+
+    Attributes:
+        hidden_params: ``(n,)`` true parameter values, order of ``param_space``.
+        param_space: ``task.param_space()``.
+        delay_steps: actuation delay in physics steps.
+        obs_noise: ``(len(task.obs_names),)`` observation noise std.
+    """
+
+    name = "shifted"
+
+    def __init__(self, task: Task, severity: int = 2, seed: int = 0):
+        if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:
+            raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
+        self.severity, self.seed = int(severity), int(seed)
+        self.param_space = task.param_space()
+        self.hidden_params = shifted_params(task, self.severity, self.seed)
+        model = self.param_space.apply(task.model, self.hidden_params)
+        if self.severity >= 3:
+            model.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER
+            model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+            model.geom_solref[:, 0] *= 2.0
+        super().__init__(task, model)
+        self.delay_steps = DELAY_STEPS[self.severity]
+        self.obs_noise = _noise_scales(task, self.severity)
+        self._queue: deque[np.ndarray] = deque()
+
+    def reset(self, seed: int) -> np.ndarray:
+        obs = super().reset(seed)  # seeds self.rng, then observes once (noise drawn from it)
+        hold = self.data.ctrl.copy()
+        self._queue = deque(hold.copy() for _ in range(self.delay_steps))
+        return obs
+
+    def step(self, action) -> tuple[np.ndarray, dict]:
+        a = as_array(action, "action", (self.model.nu,))
+        lo, hi = self.task.action_low, self.task.action_high
+        if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
+            raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        for _ in range(self.substeps):
+            # the command sent now reaches the actuators delay_steps physics steps later
+            self._queue.append(a.copy())
+            self.data.ctrl[:] = self._queue.popleft()
+            mujoco.mj_step(self.model, self.data)
+        self.t += 1
+        return self._observe(), self.info()
+
+    def _observe(self) -> np.ndarray:
+        obs = self.task.obs_from_data(self.model, self.data)
+        if self.obs_noise.any():
+            obs = obs + self.rng.normal(0.0, 1.0, obs.shape) * self.obs_noise
+        return obs
+
+    def describe(self) -> dict:
+        """JSON-serializable summary of what is hidden from the twin."""
+        opt = self.model.opt
+        return {
+            "world": self.name,
+            "task": self.task.name,
+            "severity": self.severity,
+            "seed": self.seed,
+            "params": {n: float(v) for n, v in zip(self.param_space.names, self.hidden_params, strict=True)},
+            "nominal": {n: float(v) for n, v in zip(self.param_space.names, self.param_space.nominal, strict=True)},
+            "obs_noise": {n: float(s) for n, s in zip(self.task.obs_names, self.obs_noise, strict=True)},
+            "delay_steps": int(self.delay_steps),
+            "delay_s": float(self.delay_steps * opt.timestep),
+            "solver": {
+                "integrator": mujoco.mjtIntegrator(opt.integrator).name,
+                "cone": mujoco.mjtCone(opt.cone).name,
+                "solref_scale": 2.0 if self.severity >= 3 else 1.0,
+            },
+        }

@@ -1,0 +1,77 @@
+"""The command line: `run` writes the shared summary schema, datasets and a video; bad input exits 2."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from twinloop.cli import app
+from twinloop.data.episodes import Dataset
+
+runner = CliRunner()
+SMALL = ["--task", "block-push", "--episodes", "2", "--max-ticks", "6", "-k", "8"]
+
+
+def run(tmp_path, *extra):
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), *extra])
+    assert res.exit_code == 0, res.output
+    return json.loads((tmp_path / "summary.json").read_text())
+
+
+def test_run_writes_the_shared_summary_schema(tmp_path):
+    s = run(tmp_path, "--no-video")
+    assert {"task", "world", "seed", "episodes", "results"} <= set(s)
+    assert s["task"] == "block-push" and s["episodes"] == 2
+    names = [r["controller"] for r in s["results"]]
+    assert names == ["base", "refined"]
+    for r in s["results"]:
+        assert {"controller", "success_rate", "success_ci", "mean_final_error", "control_hz"} <= set(r)
+        lo, hi = r["success_ci"]
+        assert 0 <= lo <= r["success_rate"] <= hi <= 1
+    assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_run_records_every_episode_as_a_dataset(tmp_path):
+    run(tmp_path, "--no-video")
+    ds = Dataset(tmp_path / "episodes" / "refined")
+    assert len(ds) == 2
+    ep = ds.read(0)
+    assert ep.actions.shape[1] == 2 and len(ep.actions) <= 6
+    assert ep.world_qpos is not None and ep.refine["cost"].shape == (len(ep),)
+
+
+def test_same_seed_same_results(tmp_path):
+    a = run(tmp_path / "a", "--no-video", "--no-record")
+    b = run(tmp_path / "b", "--no-video", "--no-record")
+    assert a["per_episode"] == b["per_episode"]
+    c = run(tmp_path / "c", "--no-video", "--no-record", "--seed", "1")
+    assert c["per_episode"] != a["per_episode"]
+
+
+def test_run_renders_a_video_with_ghosts(tmp_path):
+    from twinloop.viz.video import RenderingUnavailable, gl_backend
+
+    try:
+        gl_backend()
+    except RenderingUnavailable as exc:
+        pytest.skip(str(exc))
+    s = run(tmp_path, "--episodes", "1", "--no-record")
+    assert (tmp_path / "refined_episode.mp4").stat().st_size > 10_000
+    assert s["video"].endswith("refined_episode.mp4")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--task", "push-q"], "unknown task 'push-q'"),
+        (["--optimizer", "ppo"], "unknown optimizer 'ppo'"),
+        (["--backend", "bullet"], "unknown backend 'bullet'"),
+        (["--world", "mars"], "unknown world 'mars'"),
+        (["--episodes", "0"], "episodes must be >= 1"),
+        (["-k", "1"], "num_samples must be >= 2"),
+    ],
+)
+def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--no-video", *args])
+    assert res.exit_code == 2
+    assert message in " ".join(res.output.split())

@@ -1,0 +1,80 @@
+"""Specification of twinloop.stats: Wilson intervals and seeded bootstrap intervals."""
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from twinloop.errors import TwinloopError
+from twinloop.stats import bootstrap_ci, wilson
+
+Z95 = float(sps.norm.ppf(0.975))
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (1, 10), (5, 10), (10, 10), (7, 23), (150, 200)])
+def test_wilson_matches_scipy_wilson_interval(k, n):
+    ref = sps.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    lo, hi = wilson(k, n, z=Z95)
+    assert lo == pytest.approx(ref.low, abs=1e-9)
+    assert hi == pytest.approx(ref.high, abs=1e-9)
+
+
+def test_wilson_default_z_is_95_percent():
+    lo, hi = wilson(5, 10)
+    assert (lo, hi) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+
+
+def test_wilson_at_zero_and_all_successes_stays_in_unit_interval_with_width():
+    lo0, hi0 = wilson(0, 8)
+    lo1, hi1 = wilson(8, 8)
+    assert lo0 == 0.0 and 0 < hi0 < 1
+    assert hi1 == 1.0 and 0 < lo1 < 1
+
+
+def test_wilson_narrows_with_more_trials():
+    w_small = np.subtract(*wilson(5, 10)[::-1])
+    w_large = np.subtract(*wilson(50, 100)[::-1])
+    assert w_large < w_small
+
+
+@pytest.mark.parametrize("k,n,match", [(0, 0, "n"), (1, -3, "n"), (11, 10, "successes"),
+                                       (-1, 10, "successes"), (1.5, 10, "integer")])
+def test_wilson_rejects_bad_counts(k, n, match):
+    with pytest.raises(TwinloopError, match=match):
+        wilson(k, n)
+
+
+def test_bootstrap_same_seed_same_interval_and_other_seed_differs():
+    x = np.random.default_rng(1).normal(size=50)
+    assert bootstrap_ci(x, seed=3) == bootstrap_ci(x, seed=3)
+    assert bootstrap_ci(x, seed=3) != bootstrap_ci(x, seed=4)
+
+
+def test_bootstrap_mean_interval_agrees_with_normal_theory_on_a_large_sample():
+    x = np.random.default_rng(0).normal(2.0, 1.0, size=400)
+    lo, hi = bootstrap_ci(x, n_boot=4000, seed=0)
+    half = Z95 * x.std(ddof=1) / np.sqrt(x.size)
+    assert lo < x.mean() < hi
+    assert lo == pytest.approx(x.mean() - half, abs=0.15 * half)
+    assert hi == pytest.approx(x.mean() + half, abs=0.15 * half)
+
+
+def test_bootstrap_statistic_without_axis_gives_the_same_interval():
+    x = np.random.default_rng(2).exponential(size=30)
+    with_axis = bootstrap_ci(x, stat=np.median, n_boot=200, seed=5)
+    without_axis = bootstrap_ci(x, stat=lambda s: float(np.median(s)), n_boot=200, seed=5)
+    assert with_axis == pytest.approx(without_axis)
+
+
+def test_bootstrap_higher_level_gives_wider_interval():
+    x = np.random.default_rng(3).normal(size=40)
+    lo90, hi90 = bootstrap_ci(x, level=0.90)
+    lo99, hi99 = bootstrap_ci(x, level=0.99)
+    assert lo99 <= lo90 and hi99 >= hi90 and (hi99 - lo99) > (hi90 - lo90)
+
+
+@pytest.mark.parametrize("kw,match", [({"values": []}, "empty"), ({"level": 1.0}, "level"),
+                                      ({"n_boot": 0}, "n_boot"), ({"values": [1.0, np.nan]}, "NaN")])
+def test_bootstrap_rejects_bad_input(kw, match):
+    args = {"values": [1.0, 2.0, 3.0], **kw}
+    with pytest.raises(TwinloopError, match=match):
+        bootstrap_ci(**args)

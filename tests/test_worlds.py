@@ -1,0 +1,236 @@
+"""Stand-in worlds: ShiftedWorld (hidden physics, noise, delay) and the gymnasium adapter."""
+
+import json
+
+import mujoco
+import numpy as np
+import pytest
+
+from twinloop.errors import TwinloopError
+from twinloop.tasks import make_task
+from twinloop.worlds import GymWorld, ShiftedWorld, SimWorld
+
+
+@pytest.fixture(scope="module", params=["push-t", "block-push"])
+def task(request):
+    return make_task(request.param)
+
+
+# -- ShiftedWorld ---------------------------------------------------------------------------
+
+
+def test_hidden_params_differ_from_nominal(task):
+    nominal = task.param_space().nominal
+    for severity in (1, 2, 3):
+        w = ShiftedWorld(task, severity=severity, seed=0)
+        assert w.hidden_params.shape == nominal.shape
+        assert np.all(np.abs(w.hidden_params - nominal) > 1e-6 * np.maximum(nominal, 1))
+
+
+def test_hidden_params_grow_with_severity(task):
+    space = task.param_space()
+    pos = space.nominal > 0
+    shift = [np.abs(np.log(ShiftedWorld(task, severity=s, seed=4).hidden_params[pos] / space.nominal[pos])).mean()
+             for s in (1, 2, 3)]
+    assert shift[0] < shift[1] < shift[2]
+
+
+def test_hidden_params_are_seeded(task):
+    a = ShiftedWorld(task, severity=2, seed=3).hidden_params
+    np.testing.assert_array_equal(a, ShiftedWorld(task, severity=2, seed=3).hidden_params)
+    assert not np.allclose(a, ShiftedWorld(task, severity=2, seed=4).hidden_params)
+
+
+def test_hidden_params_are_in_the_world_model_within_bounds(task):
+    w = ShiftedWorld(task, severity=3, seed=1)
+    np.testing.assert_allclose(w.param_space.read(w.model), w.hidden_params)
+    assert np.all(w.hidden_params >= w.param_space.low) and np.all(w.hidden_params <= w.param_space.high)
+    # the twin's nominal model is untouched
+    np.testing.assert_allclose(task.param_space().read(task.model), task.param_space().nominal)
+
+
+def test_severity_zero_is_the_nominal_twin(task):
+    w = ShiftedWorld(task, severity=0, seed=5)
+    np.testing.assert_array_equal(w.hidden_params, task.param_space().nominal)
+    assert w.delay_steps == 0 and not w.obs_noise.any()
+    ref = SimWorld(task)
+    np.testing.assert_array_equal(w.reset(2), ref.reset(2))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        a = rng.uniform(task.action_low, task.action_high) * 0.3
+        o1, i1 = w.step(a)
+        o2, i2 = ref.step(a)
+        np.testing.assert_allclose(o1, o2, atol=1e-12)
+        np.testing.assert_allclose(i1["qpos"], i2["qpos"], atol=1e-12)
+
+
+def test_severe_shift_changes_solver_settings(task):
+    mild, severe = ShiftedWorld(task, severity=2, seed=0).model, ShiftedWorld(task, severity=3, seed=0).model
+    nominal = task.model
+    assert mild.opt.integrator == nominal.opt.integrator and mild.opt.cone == nominal.opt.cone
+    assert severe.opt.integrator != nominal.opt.integrator
+    assert severe.opt.cone != nominal.opt.cone
+    assert np.all(severe.geom_solref[:, 0] > nominal.geom_solref[:, 0])
+
+
+def test_delay_holds_the_previous_command_for_delay_steps(task):
+    w = ShiftedWorld(task, severity=2, seed=0)
+    assert w.delay_steps > 0
+    w.reset(1)
+    # replay the same tick by hand: the hold command for delay_steps steps, then the action
+    m, d = w.model, mujoco.MjData(w.model)
+    d.qpos[:], d.qvel[:] = w.data.qpos, w.data.qvel
+    hold = w.data.ctrl.copy()
+    a = np.clip(hold + 0.05, task.action_low, task.action_high)
+    _, info = w.step(a)
+    for k in range(w.substeps):
+        d.ctrl[:] = hold if k < w.delay_steps else a
+        mujoco.mj_step(m, d)
+    np.testing.assert_allclose(info["qpos"], d.qpos, atol=1e-12)
+    # and it really differs from applying the action at once
+    d2 = mujoco.MjData(m)
+    w.reset(1)
+    d2.qpos[:], d2.qvel[:], d2.ctrl[:] = w.data.qpos, w.data.qvel, a
+    for _ in range(w.substeps):
+        mujoco.mj_step(m, d2)
+    assert np.abs(d2.qpos[:2] - d.qpos[:2]).max() > 1e-5
+
+
+def test_observation_noise_is_seeded(task):
+    w = ShiftedWorld(task, severity=2, seed=0)
+    a = (task.action_low + task.action_high) / 2
+
+    def run(seed):
+        obs = [w.reset(seed)]
+        obs += [w.step(a)[0] for _ in range(3)]
+        return np.array(obs)
+
+    np.testing.assert_array_equal(run(11), run(11))
+    assert not np.allclose(run(11), run(12))
+
+
+def test_observation_noise_has_the_documented_size(task):
+    w = ShiftedWorld(task, severity=2, seed=0)
+    w.reset(0)
+    truth = task.obs_from_data(w.model, w.data)
+    err = np.array([w._observe() - truth for _ in range(4000)])
+    np.testing.assert_allclose(err.std(axis=0), w.obs_noise, rtol=0.1)
+    assert np.abs(err.mean(axis=0)).max() < 0.2 * w.obs_noise.max()
+
+
+def test_episode_start_comes_from_the_task_reset_distribution(task):
+    w = ShiftedWorld(task, severity=2, seed=0)
+    w.reset(5)
+    expected = task.initial_state(np.random.default_rng([5, 0]))
+    np.testing.assert_allclose(w.data.qpos[[0, 1, 2, 3, 5]], expected[[0, 1, 2, 3, 5]])
+
+
+def test_describe_is_json_and_names_the_hidden_values(task):
+    w = ShiftedWorld(task, severity=3, seed=2)
+    d = json.loads(json.dumps(w.describe()))
+    assert d["severity"] == 3 and d["seed"] == 2 and d["task"] == task.name
+    assert list(d["params"]) == task.param_space().names
+    np.testing.assert_allclose(list(d["params"].values()), w.hidden_params)
+    assert d["delay_steps"] == w.delay_steps
+    assert d["solver"]["integrator"] != mujoco.mjtIntegrator(task.model.opt.integrator).name
+
+
+@pytest.mark.parametrize("severity", [-1, 4, 1.5, True])
+def test_bad_severity_is_rejected(task, severity):
+    with pytest.raises(TwinloopError, match="severity"):
+        ShiftedWorld(task, severity=severity)
+
+
+def test_shifted_world_rejects_bad_actions(task):
+    w = ShiftedWorld(task, severity=2, seed=0)
+    w.reset(0)
+    with pytest.raises(TwinloopError, match="shape"):
+        w.step(np.zeros(3))
+    with pytest.raises(TwinloopError, match="NaN"):
+        w.step(np.array([np.nan, 0.0]))
+    with pytest.raises(TwinloopError, match="outside"):
+        w.step(task.action_high + 1.0)
+
+
+# -- GymWorld -------------------------------------------------------------------------------
+
+
+def pendulum_state(obs):
+    """Pendulum-v1 observes (cos th, sin th, th_dot); the controller wants (th, th_dot)."""
+    return np.array([np.arctan2(obs[1], obs[0]), obs[2]])
+
+
+def test_gym_world_reset_is_seeded():
+    w = GymWorld("Pendulum-v1", pendulum_state)
+    a, b = w.reset(3), w.reset(3)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, w.reset(4))
+
+
+def test_gym_world_applies_the_state_map_and_steps():
+    w = GymWorld("Pendulum-v1", pendulum_state)
+    obs = w.reset(0)
+    assert obs.shape == (2,)
+    raw = w.env.unwrapped.state  # (th, th_dot)
+    assert np.cos(obs[0]) == pytest.approx(np.cos(raw[0]), abs=1e-6)
+    assert obs[1] == pytest.approx(raw[1], abs=1e-6)
+    obs2, info = w.step(np.array([1.0]))
+    assert set(info) >= {"reward", "terminated", "truncated", "time"}
+    assert info["time"] == pytest.approx(0.05)  # Pendulum's dt
+    assert isinstance(info["reward"], float) and not info["terminated"]
+    np.testing.assert_allclose(obs2, pendulum_state(info["raw_obs"]))
+    assert not np.allclose(obs, obs2)
+
+
+def test_gym_world_same_seed_same_episode():
+    def run():
+        w = GymWorld("Pendulum-v1", pendulum_state)
+        out = [w.reset(9)]
+        out += [w.step(np.array([0.5]))[0] for _ in range(5)]
+        return np.array(out)
+
+    np.testing.assert_array_equal(run(), run())
+
+
+def test_gym_world_accepts_an_env_instance_and_identity_map():
+    import gymnasium as gym
+
+    w = GymWorld(gym.make("Pendulum-v1"))
+    assert w.reset(0).shape == (3,)
+
+
+@pytest.mark.parametrize(
+    "action, match",
+    [(np.zeros(2), "shape"), (np.array([np.nan]), "NaN"), (np.array([5.0]), "bounds"), ("left", "numeric")],
+)
+def test_gym_world_rejects_bad_actions(action, match):
+    w = GymWorld("Pendulum-v1", pendulum_state)
+    w.reset(0)
+    with pytest.raises(TwinloopError, match=match):
+        w.step(action)
+
+
+def test_gym_world_discrete_actions_are_checked():
+    w = GymWorld("CartPole-v1")
+    w.reset(0)
+    _, info = w.step(1)
+    assert info["reward"] == 1.0
+    with pytest.raises(TwinloopError, match="integer"):
+        w.step(2)
+
+
+def test_gym_world_step_before_reset_is_an_error():
+    with pytest.raises(TwinloopError, match="reset"):
+        GymWorld("Pendulum-v1").step(np.zeros(1))
+
+
+def test_gym_world_bad_env_or_map_is_an_error():
+    with pytest.raises(TwinloopError, match="NoSuchEnv"):
+        GymWorld("NoSuchEnv-v0")
+    with pytest.raises(TwinloopError, match="env_or_id"):
+        GymWorld(42)
+    with pytest.raises(TwinloopError, match="callable"):
+        GymWorld("Pendulum-v1", state_from_obs=3)
+    w = GymWorld("Pendulum-v1", lambda o: o[7])
+    with pytest.raises(TwinloopError, match="state_from_obs"):
+        w.reset(0)
