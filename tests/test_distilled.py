@@ -175,3 +175,25 @@ def test_tiny_distill_loop_on_block_push_writes_rounds_and_aggregates_data(torch
     assert rounds[1]["train_episodes"] == rounds[0]["train_episodes"] + 1
     assert (tmp_path / "run" / "policy_round2.pt").is_file()
     assert summary["rounds"] == rounds
+
+
+
+def test_distill_command_runs_and_rejects_bad_input_clearly(torch, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from twinloop.policies.cli import register
+
+    app = typer.Typer()
+    app.callback()(lambda: None)  # a command group, so `distill` is addressed by name
+    register(app)
+    out = tmp_path / "cli"
+    args = ["distill", "--task", "block-push", "--world", "nominal", "--collect", "1", "--episodes", "1",
+            "-k", "4", "--k-sweep", "", "--no-baseline", "--epochs", "2", "--max-ticks", "4", "--out", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["controller"] for r in summary["results"]] == ["distilled", "distilled+refined"]
+    assert summary["rounds"][0]["min_k"] is None  # no sweep asked for
+    bad = CliRunner().invoke(app, ["distill", "--k-sweep", "8,x", "--out", str(out)])
+    assert bad.exit_code == 2 and "k-sweep" in bad.output

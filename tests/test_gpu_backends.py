@@ -4,9 +4,11 @@ Each backend is skipped when its extra is not installed (``[gpu]`` for MJX, ``[w
 MuJoCo-Warp). Both engines are slow to compile on a CPU (MJX ~1 min per program on two
 cores), so every test of a backend reuses one rollout shape per scene.
 
-Agreement tolerance: final ``qpos`` within 1e-4 (m, rad) of CPU MuJoCo for pushes whose
-pusher actuator stays out of force saturation (see twin/mjx.py for why saturation differs in
-MJX). Measured: MJX <= 1e-5, MuJoCo-Warp <= 1e-6 (float32 engines vs float64 CPU).
+Agreement tolerance on final ``qpos`` and sensors (m, rad) against float64 CPU MuJoCo, for
+slow pushes (the pusher keeps up with its target, so its PD force saturates only while the
+block pins it; a pusher racing at its force limit moves differently in MJX, see twin/mjx.py):
+MJX 5e-4 (float32; measured <= 2.5e-4, the largest being block z on a 0.2-friction floor),
+MuJoCo-Warp 1e-5 (float32; measured <= 1e-6).
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import numpy as np
 import pytest
 
 from twinloop.errors import TwinloopError
+from twinloop.params import Param, ParamSpace
 from twinloop.tasks import TASKS, make_task
 from twinloop.twin import make_twin
 
 EXTRA = {"mjx": ("mujoco.mjx", "[gpu]"), "warp": ("mujoco_warp", "[warp]")}
 MODULE = {"mjx": "twinloop.twin.mjx", "warp": "twinloop.twin.warp"}
 T = 100  # 0.5 s of physics at dt = 5 ms
-ATOL = 1e-4
+ATOL = {"mjx": 5e-4, "warp": 1e-5}
 
 
 @pytest.fixture(scope="module", params=["mjx", "warp"])
@@ -33,7 +36,7 @@ def backend(request):
     if request.param == "warp":
         import warp as wp
 
-        wp.config.quiet = True
+        wp.config.quiet, wp.config.log_level = True, wp.LOG_WARNING  # no per-module load lines
     return request.param
 
 
@@ -55,7 +58,7 @@ def _scene(name):
     s = np.zeros(task.nstate)
     if name == "block-push":  # pusher touching the cube's -x face
         s[:6] = [-0.156, 0.0, -0.1, 0.0, 0.0, 0.0]
-        ctrl = _push(s, [0.0, 0.03, 0.06, 0.09], [0.0, 0.004, -0.006, 0.01], axis=0)
+        ctrl = _push(s, [0.0, 0.02, 0.04, 0.06], [0.0, 0.003, -0.004, 0.006], axis=0)
     else:  # pusher touching the T's bar from -y
         s[:6] = [0.0, -0.016, 0.0, 0.0, 0.0, 0.0]
         ctrl = _push(s, [0.0, 0.03, 0.06, 0.09], [0.0, 0.004, -0.01, 0.02], axis=1)
@@ -98,8 +101,8 @@ def test_rollout_has_the_cpu_twin_shapes_and_attributes(backend):
 
 def test_final_states_agree_with_cpu_on_block_push(backend):
     *_, r, rc = _pair(backend, "block-push")
-    np.testing.assert_allclose(r.qpos[:, :, -1], rc.qpos[:, :, -1], atol=ATOL)
-    np.testing.assert_allclose(r.sensordata[:, :, -1], rc.sensordata[:, :, -1], atol=ATOL)
+    np.testing.assert_allclose(r.qpos[:, :, -1], rc.qpos[:, :, -1], atol=ATOL[backend])
+    np.testing.assert_allclose(r.sensordata[:, :, -1], rc.sensordata[:, :, -1], atol=ATOL[backend])
 
 
 def test_particles_change_the_outcome_as_on_cpu(backend):
@@ -107,7 +110,7 @@ def test_particles_change_the_outcome_as_on_cpu(backend):
     moved = np.linalg.norm(r.qpos[:, -1, -1, 2:4] - s[2:4], axis=-1)
     moved_cpu = np.linalg.norm(rc.qpos[:, -1, -1, 2:4] - s[2:4], axis=-1)
     assert moved[0] > 10 * moved[1]  # the grippy heavy block barely moves
-    np.testing.assert_allclose(moved, moved_cpu, atol=ATOL)
+    np.testing.assert_allclose(moved, moved_cpu, atol=ATOL[backend])
 
 
 def test_same_shape_never_recompiles(backend):
@@ -126,7 +129,7 @@ def test_new_parameter_values_match_cpu(backend):
     other[:, 0] = [0.2, 0.7]
     cpu = make_twin("mujoco", task.model, task.param_space(), nthread=2)
     np.testing.assert_allclose(gpu.rollout(s, ctrl, other).qpos[:, :, -1], cpu.rollout(s, ctrl, other).qpos[:, :, -1],
-                               atol=ATOL)
+                               atol=ATOL[backend])
 
 
 def test_a_list_of_models_acts_like_parameter_values(backend):
@@ -145,7 +148,7 @@ def test_rollout_many_starts_each_row_from_its_own_state(backend):
     got = gpu.rollout_many(states, ctrl, params)
     want = cpu.rollout_many(states, ctrl, params)
     np.testing.assert_allclose(got.qpos[:, :, 0], want.qpos[:, :, 0], atol=1e-6)
-    np.testing.assert_allclose(got.qpos[:, :, -1], want.qpos[:, :, -1], atol=ATOL)
+    np.testing.assert_allclose(got.qpos[:, :, -1], want.qpos[:, :, -1], atol=ATOL[backend])
 
 
 def test_bad_ctrl_shape_is_rejected(backend):
@@ -167,14 +170,18 @@ _SPRING = """
 
 
 def test_non_finite_rollouts_are_flagged(backend):
-    # explicit Euler on a 1e6 N/m spring at 10 ms: a kicked rollout overflows to inf/nan
+    # explicit Euler on a stiff spring at 10 ms: a kicked rollout overflows to inf/nan (the
+    # stiffness is a parameter, so one particle of a batched field is exercised too)
     m = mujoco.MjModel.from_xml_string(_SPRING)
+    space = ParamSpace((Param("k", ("jnt:j/stiffness",), 1.0, 1e6, 1e6),))
     ctrl = np.zeros((2, 40, 1))
     ctrl[1, 0] = 1.0
-    r = make_twin(backend, m, max_speed=np.inf).rollout(np.zeros(2), ctrl)
+    twin = make_twin(backend, m, space, max_speed=np.inf)
+    r = twin.rollout(np.zeros(2), ctrl, [[1e6]])
     assert r.ok.tolist() == [[True, False]]
     assert not np.isfinite(r.qpos[0, 1]).all()
-    assert make_twin("mujoco", m).rollout(np.zeros(2), ctrl).ok.tolist() == [[True, False]]
+    assert make_twin("mujoco", m, space).rollout(np.zeros(2), ctrl, [[1e6]]).ok.tolist() == [[True, False]]
+    assert twin.rollout(np.zeros(2), ctrl, [[1.0]]).ok.tolist() == [[True, True]]  # a soft spring is fine
 
 
 @pytest.mark.slow
@@ -182,6 +189,6 @@ def test_non_finite_rollouts_are_flagged(backend):
 def test_final_states_agree_with_cpu_on_push_t(backend):
     task, s, ctrl, params, gpu, r, rc = _pair(backend, "push-t")
     assert r.ok.all() and rc.ok.all()
-    np.testing.assert_allclose(r.qpos[:, :, -1], rc.qpos[:, :, -1], atol=ATOL)
+    np.testing.assert_allclose(r.qpos[:, :, -1], rc.qpos[:, :, -1], atol=ATOL[backend])
     moved = np.linalg.norm(r.qpos[:, -1, -1, 2:4] - s[2:4], axis=-1)
     assert moved[0] > 10 * moved[1]

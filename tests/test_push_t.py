@@ -270,3 +270,13 @@ def test_push_t_constructor_checks_arguments():
         PushT(success_coverage=1.5)
     with pytest.raises(TwinloopError, match="goal"):
         PushT(goal=[0.0, 0.0])
+
+
+def test_cost_weights_can_be_overridden_by_name():
+    q = qpos_at((300, 256, 0.0))
+    base = PushT().cost_terms(static_traj(q))
+    heavier = PushT(weights={"final_yaw": 2 * PushT.WEIGHTS["final_yaw"]}).cost_terms(static_traj(q))
+    assert float(heavier["final_yaw"]) == pytest.approx(2 * float(base["final_yaw"]))
+    assert float(heavier["final_position"]) == pytest.approx(float(base["final_position"]))
+    with pytest.raises(TwinloopError, match="unknown push-t cost term"):
+        PushT(weights={"speed": 1.0})

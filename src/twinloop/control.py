@@ -263,14 +263,17 @@ class Controller:
         prior = None
         proposals = None
         if self.proposer is not None:
-            chunk = self.proposer.propose(obs, state)
+            chunk = as_array(self.proposer.propose(obs, state), "proposer action chunk")
+            if chunk.ndim != 2 or chunk.shape[1] != self.task.nu:
+                raise TwinloopError(f"proposer returned an action chunk of shape {chunk.shape}, expected (H, {self.task.nu})")
+            if not self.refine_enabled:
+                # the baseline sends the proposer's own first action, not a spline fit of it
+                self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high))
+                return self.last.action
             prior = self.refiner.plan_from_actions(chunk)
             if self.refine_enabled and self.proposal_samples > 0 and hasattr(self.proposer, "sample"):
                 chunks = self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng)
                 proposals = np.stack([self.refiner.plan_from_actions(c).knots for c in chunks])
-        if not self.refine_enabled:
-            self.last = TickInfo(action=prior.first_action())
-            return self.last.action
         warm = self._warm
         if warm is None:
             # start still: hold the pusher where it is if the task can say where that is

@@ -4,26 +4,32 @@ Multiple shooting (see :mod:`twinloop.calib.windows`): every window restarts fro
 state and replays the recorded actions; the residual stacks the weighted state errors at every
 tick boundary of every window, ``r(x)`` of length ``m``. Methods, all behind :func:`calibrate`:
 
-- ``least_squares``: bounded Levenberg-Marquardt / Gauss-Newton of ``mujoco.minimize``
-  (finite-difference Jacobian, every column simulated in one batched rollout).
+- ``least_squares``: bounded Levenberg-Marquardt / Gauss-Newton of ``mujoco.minimize`` with a
+  central-difference Jacobian (all ``2n`` columns simulated in one batched rollout), restarted
+  from the best point while that still helps.
 - ``cma``: CMA-ES (``cma`` package) on the bound-normalized parameters; gradient-free, so it
   does not care how rough contact makes ``r(x)``.
-- ``mjx``: least squares with a forward-mode (``jax.jacfwd``) Jacobian through MJX; needs the
-  ``[gpu]`` extra.
+- ``mjx``: the same least squares with a forward-mode (``jax.jacfwd``) Jacobian through MJX;
+  needs the ``[gpu]`` extra.
 
-The result is a :class:`Posterior` (Laplace approximation at the optimum ``x*``)::
+Contact makes ``r(x)`` rough on small scales (a slightly different friction changes which
+corner touches first), so every slope and curvature is measured over a step of ``jac_step``
+prior standard deviations, not infinitesimally.
+
+The result is a :class:`Posterior`, a Laplace approximation at the optimum ``x*`` whose
+curvature comes from a quadratic fit of ``f(x) = |r(x)|^2 / 2`` around ``x*``::
 
     s^2   = |r(x*)|^2 / (m - n)                        residual variance
-    F     = J^T J / s^2                                data information (J = dr/dx at x*)
-    C     = F^-1  (cluster-robust by window when there are enough windows)
+    H     = Hessian of the quadratic fit (~ J^T J)     per-window gradients g_w from the same fit
+    C     = s^2 H^-1, or the window-clustered sandwich H^-1 (sum g_w g_w') H^-1 if larger,
+            plus rough * H^-1 for the fit's residual roughness
     Sigma = (C^-1 + Sigma_0^-1)^-1                     with the prior's Sigma_0, so it is proper
 
-Identifiability is judged on the data alone (``C`` and the spectrum of ``F``), not on the prior:
+Identifiability is judged on the data alone (``C`` and the spectrum of ``H``), not on the prior:
 a parameter is NOT IDENTIFIABLE when its data-only 95% half-width exceeds ``max_rel_width`` of
-its size, or when it loads on a direction the data do not constrain (eigenvalue of the
-prior-scaled information below ``null_tol`` times the largest). Pairs whose data-only estimates
-correlate beyond ``max_corr`` are named as confounded (a constant-speed push fixes
-friction x mass, not each).
+its size, or when it loads on a direction the data do not constrain (eigenvalue of ``H`` below
+``null_tol`` times the largest). Pairs whose data-only estimates correlate beyond ``max_corr``
+are named as confounded (a constant-speed push fixes friction x mass, not each).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
 
 METHODS = ("least_squares", "cma", "mjx")
+_SANDWICH = True
 _BAD = 1e3  # residual per component of an unstable rollout (in error units): huge but finite
 
 
@@ -63,9 +70,12 @@ class CalibConfig:
         start_clearance: start windows only where no two moving bodies are this close (m) to
             contact (see :func:`~twinloop.calib.windows.free_starts`); ``None`` starts anywhere.
         pos_scale: error unit of positions (m): 1 mm error counts 1.
-        angle_scale: error unit of angles (rad).
+        angle_scale: error unit of angles (rad); loose because a point push makes yaw chaotic.
         vel_scale: error unit of velocities (m/s; rad/s scaled like angles).
         use_velocity: compare velocities too (they carry most of the friction signal).
+        delay_steps: actuation delay (physics steps) the replay applies to the recorded
+            actions; ``None`` picks the best of ``0..max_delay_steps`` at the starting point.
+        max_delay_steps: largest delay tried when ``delay_steps`` is ``None``.
         max_evals: simulation budget, in parameter vectors evaluated on all windows.
         max_iter: least-squares iterations (within the budget).
         jac_step: central-difference step of the Jacobian, as a fraction of each prior std
@@ -78,7 +88,7 @@ class CalibConfig:
         max_rel_width: identifiability limit on the data-only 95% half-width, relative to
             ``max(|estimate|, 10% of the bound width)``.
         max_corr: |correlation| beyond which a pair is reported confounded.
-        null_tol: eigenvalue ratio of the scaled information below which a direction is
+        null_tol: eigenvalue ratio of the fitted curvature below which a direction is
             unconstrained.
         seed: seed of CMA-ES, the holdout split and the particles.
     """
@@ -88,25 +98,29 @@ class CalibConfig:
     stride: int | None = None
     start_clearance: float | None = 0.003
     pos_scale: float = 1e-3
-    angle_scale: float = 1e-2
+    angle_scale: float = 5e-2
     vel_scale: float = 2e-2
     use_velocity: bool = True
+    delay_steps: int | None = 0
+    max_delay_steps: int = 10
     max_evals: int = 400
     max_iter: int = 50
-    jac_step: float = 0.1
+    jac_step: float = 0.2
     cma_sigma: float = 0.2
     cma_popsize: int | None = None
     holdout_fraction: float = 0.0
     particles: int = 16
     max_rel_width: float = 0.25
-    max_corr: float = 0.95
-    null_tol: float = 1e-8
+    max_corr: float = 0.9
+    null_tol: float = 1e-6
     seed: int = 0
 
     def __post_init__(self):
         choose("calibration method", self.method, METHODS)
         if self.window < 1:
             raise TwinloopError(f"window must be >= 1 tick, got {self.window}")
+        if self.delay_steps is not None and self.delay_steps < 0:
+            raise TwinloopError(f"delay_steps must be >= 0 or None (estimate), got {self.delay_steps}")
         if self.max_evals < 2:
             raise TwinloopError(f"max_evals must be >= 2, got {self.max_evals}")
         if self.particles < 1:
@@ -137,10 +151,16 @@ class Posterior:
         method: the calibration method.
         train_error: RMS weighted state error on the fitting windows, ``(before, after)``.
         holdout_error: the same on held-out episodes (``nan`` without any).
-        n_evals: parameter vectors simulated; sim_steps: physics steps simulated.
+        n_evals: parameter vectors simulated by the fit (the budget); sim_steps: physics steps
+            simulated by the fit; posterior_evals: vectors simulated for the local fit after it.
         n_windows, n_transitions: data size.
         seconds: wall time.
         x0: the starting point.
+        delay_steps: the actuation delay the replay used (given or estimated).
+        log_directions: ``(n, n)`` combinations of ``log(parameters)`` (columns), best
+            determined first; log_direction_std: their data-only std (relative). A constant
+            push gives ``+log friction + log mass`` (the product) well determined and
+            ``log friction - log mass`` not.
     """
 
     names: list[str]
@@ -165,6 +185,10 @@ class Posterior:
     n_transitions: int
     seconds: float
     x0: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    posterior_evals: int = 0
+    delay_steps: int = 0
+    log_directions: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    log_direction_std: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def std(self) -> np.ndarray:
@@ -185,7 +209,7 @@ class Posterior:
     def report(self, truth=None) -> str:
         """A plain-text table: every value with its interval and identifiability."""
         lines = [f"calibration ({self.method}): {self.n_windows} windows, {self.n_transitions} transitions, "
-                 f"{self.n_evals} evaluations, {self.seconds:.1f} s"]
+                 f"{self.n_evals} evaluations, actuation delay {self.delay_steps} steps, {self.seconds:.1f} s"]
         head = f"  {'parameter':<16} {'estimate':>10} {'95% interval':>23} {'data sd':>9}"
         if truth is not None:
             head += f" {'truth':>9} {'error':>7}"
@@ -200,6 +224,11 @@ class Posterior:
             lines.append(row)
         for a, b, r in self.confounded:
             lines.append(f"  confounded: {a} and {b} (correlation {r:+.3f}); the data fix a combination, not each")
+        if len(self.names) > 1 and self.log_direction_std.size and np.isfinite(self.log_direction_std[0]):
+            for label, j in (("best determined", 0), ("least determined", -1)):
+                v = self.log_directions[:, j] * np.sign(self.log_directions[np.argmax(np.abs(self.log_directions[:, j])), j])
+                combo = " ".join(f"{c:+.2f} log {n}" for c, n in zip(v, self.names, strict=True) if abs(c) >= 0.05)
+                lines.append(f"  {label}: {combo}  (data sd {self.log_direction_std[j]:.1%})")
         tb, ta = self.train_error
         hb, ha = self.holdout_error
         lines.append(f"  state error (RMS, error units): train {tb:.3g} -> {ta:.3g}; holdout {hb:.3g} -> {ha:.3g}")
@@ -219,7 +248,7 @@ class Posterior:
     def from_dict(cls, d: dict) -> Posterior:
         d = {k: _json_load(v) for k, v in d.items() if k != "all_identifiable"}
         arrays = ("estimate", "covariance", "interval", "data_std", "correlation", "identifiable",
-                  "singular_values", "particles", "low", "high", "x0")
+                  "singular_values", "particles", "low", "high", "x0", "log_directions", "log_direction_std")
         for k in arrays:
             d[k] = np.asarray(d[k], dtype=bool if k == "identifiable" else float)
         d["confounded"] = [tuple(c) for c in d["confounded"]]
@@ -261,12 +290,14 @@ class WindowProblem:
         twin: a twin with ``rollout_many`` (e.g. :class:`~twinloop.twin.MujocoTwin`).
         windows: window groups from :func:`make_windows`.
         error: the :class:`StateError`.
+        delay: actuation delay of the replay (physics steps).
     """
 
-    def __init__(self, task: Task, twin, windows: Sequence[Windows], error: StateError):
+    def __init__(self, task: Task, twin, windows: Sequence[Windows], error: StateError, delay: int = 0):
         if not hasattr(twin, "rollout_many"):
             raise TwinloopError(f"twin {type(twin).__name__} has no rollout_many; calibration needs a batched twin")
         self.task, self.twin, self.windows, self.error = task, twin, list(windows), error
+        self.delay = int(delay)
         self.substeps = task.substeps
         self.size = sum(len(w) * w.length * error.size for w in self.windows)
         self.steps_per_eval = sum(len(w) * w.length * self.substeps for w in self.windows)
@@ -276,7 +307,7 @@ class WindowProblem:
         finite value so that an optimizer backs off rather than crashing)."""
         out = []
         for w in self.windows:
-            pred, ok = window_rollout_states(self.twin, w, self.substeps, params)
+            pred, ok = window_rollout_states(self.twin, w, self.substeps, params, self.delay)
             r = self.error(pred, w.targets[None])  # (P, B, L, k)
             r = np.where(ok[:, :, None, None] & np.isfinite(r), r, _BAD)
             out.append(r.reshape(len(r), -1))
@@ -330,10 +361,17 @@ def _fit_least_squares(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: Cal
     def jacobian(x, r):
         return _jacobian(fn, x[:, 0], space, cfg.jac_step)
 
-    minimize.least_squares(
-        x0.copy(), residual, bounds=[space.low, space.high], jacobian=jacobian,
-        max_iter=cfg.max_iter, verbose=0, x_scale=space.prior_std,
-    )
+    # contact roughness can stall Levenberg-Marquardt in a shallow dent: while budget remains,
+    # restart it (fresh regularizer) from the best point until a restart gains nothing
+    x, f_prev = x0.copy(), np.inf
+    while fn.best_f < f_prev * (1 - 1e-6):
+        f_prev = fn.best_f
+        minimize.least_squares(
+            x, residual, bounds=[space.low, space.high], jacobian=jacobian,
+            max_iter=cfg.max_iter, verbose=0, x_scale=space.prior_std,
+            mu_factor=4.0,  # the default 1.26 spends most of the budget backing off the roughness
+        )
+        x = fn.best_x.copy()
 
 
 def _fit_cma(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) -> None:
@@ -352,6 +390,15 @@ def _fit_cma(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) 
 
 
 def _fit_mjx(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) -> None:
+    """Least squares whose Jacobian is a forward-mode derivative (``jax.jacfwd``) through MJX.
+
+    Forward mode carries one tangent per parameter through every solver iteration, which stays
+    accurate through contact where reverse mode over many solver iterations does not. The
+    residual itself (and so the line search and the fit) stays on CPU MuJoCo, the physics the
+    other methods fit; MJX only supplies the local slope. MJX writes the parameter values into
+    its model directly, without ``mj_setConst``: after a mass change the derived constants
+    (``body_subtreemass``, ``dof_invweight0``) stay nominal, a small error in the slope only.
+    """
     try:
         import jax  # noqa: F401
         from mujoco import mjx  # noqa: F401
@@ -360,9 +407,97 @@ def _fit_mjx(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) 
             "calibration method 'mjx' needs the [gpu] extra (jax, mujoco-mjx): "
             f"pip install 'twinloop[gpu]' ({exc})"
         ) from exc
-    from twinloop.calib.mjx_grad import fit_mjx  # pragma: no cover - needs jax
+    from mujoco import minimize
 
-    fit_mjx(fn, x0, space, cfg)  # pragma: no cover
+    jac = _MjxJacobian(fn.problem, space)
+
+    def residual(x):
+        return fn(x.T).T
+
+    x, f_prev = x0.copy(), np.inf
+    while fn.best_f < f_prev * (1 - 1e-6):
+        f_prev = fn.best_f
+        minimize.least_squares(x, residual, bounds=[space.low, space.high], jacobian=lambda x, r: jac(x[:, 0]),
+                               max_iter=cfg.max_iter, verbose=0, x_scale=space.prior_std, mu_factor=4.0)
+        x = fn.best_x.copy()
+
+
+class _MjxJacobian:
+    """``x -> (m, n)`` Jacobian of a :class:`WindowProblem`'s residual by ``jax.jacfwd`` through
+    MJX (compiled once per problem; the first call pays the compile)."""
+
+    def __init__(self, problem: WindowProblem, space: ParamSpace):
+        import jax
+        import jax.numpy as jnp
+        from mujoco import mjx
+
+        from twinloop.calib.windows import window_controls
+
+        model = problem.twin.model
+        m0 = mjx.put_model(model)
+        d0 = mjx.make_data(m0)
+        writes = []  # (attr, row, col, kind) per parameter
+        for p, slots in zip(space.params, space._slots(model), strict=True):
+            per = []
+            for sl in slots:
+                attr, col = sl.attr, sl.col
+                if (sl.kind, sl.field) == ("actuator", "kp"):
+                    per += [("actuator_gainprm", sl.row, 0, 1.0), ("actuator_biasprm", sl.row, 1, -1.0)]
+                    continue
+                if (sl.kind, sl.field) == ("actuator", "kv"):
+                    per.append(("actuator_biasprm", sl.row, 2, -1.0))
+                    continue
+                if not isinstance(getattr(m0, attr), jax.Array):
+                    raise TwinloopError(f"param {p.name!r}: MJX keeps {attr} static; it cannot be differentiated")
+                per.append((attr, sl.row, col, "mass" if (sl.kind, sl.field) == ("body", "mass") else 1.0))
+            writes.append(per)
+        err = problem.error
+        scale = jnp.asarray(err.scale)
+        mask = np.flatnonzero(err.mask)
+        hinge = jnp.asarray(err.hinge)
+        groups = [(jnp.asarray(w.starts), jnp.asarray(window_controls(w, problem.substeps, problem.delay)),
+                   jnp.asarray(w.targets)) for w in problem.windows]
+        nq, nv, sub = model.nq, model.nv, problem.substeps
+
+        def apply(x):
+            m = m0
+            for xi, per in zip(x, writes, strict=True):
+                for attr, row, col, how in per:
+                    arr = getattr(m, attr)
+                    if how == "mass":
+                        ratio = xi / model.body_mass[row]
+                        m = m.replace(body_inertia=m.body_inertia.at[row].set(model.body_inertia[row] * ratio))
+                        arr = m.body_mass
+                    val = xi if how == "mass" else how * xi
+                    arr = arr.at[row].set(val) if col is None else arr.at[row, col].set(val)
+                    m = m.replace(**{attr: arr})
+            return m
+
+        def window(m, start, ctrl):
+            d = d0.replace(qpos=start[:nq], qvel=start[nq : nq + nv])
+
+            def step(d, u):
+                d = mjx.step(m, d.replace(ctrl=u))
+                return d, jnp.concatenate([d.qpos, d.qvel])
+
+            _, traj = jax.lax.scan(step, d, ctrl)
+            return traj[sub - 1 :: sub]  # state after each tick
+
+        def residual(x):
+            m = apply(x)
+            out = []
+            for starts, ctrl, targets in groups:
+                pred = jax.vmap(window, in_axes=(None, 0, 0))(m, starts, ctrl)
+                pad = jnp.zeros((*pred.shape[:-1], targets.shape[-1] - pred.shape[-1]))
+                diff = jnp.concatenate([pred, pad], axis=-1) - targets
+                diff = jnp.where(hinge, jnp.arctan2(jnp.sin(diff), jnp.cos(diff)), diff)
+                out.append((diff / scale)[..., mask].reshape(-1))
+            return jnp.concatenate(out)
+
+        self._jac = jax.jit(jax.jacfwd(residual))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self._jac(np.asarray(x, dtype=np.float32)), dtype=np.float64)
 
 
 _METHODS = {"least_squares": _fit_least_squares, "cma": _fit_cma, "mjx": _fit_mjx}
@@ -387,47 +522,132 @@ def _jacobian(fn: _Counted, x: np.ndarray, space: ParamSpace, step: float) -> np
     return ((R[:n] - R[n:]) / dx[:, None]).T
 
 
-def _laplace(J: np.ndarray, r: np.ndarray, blocks: np.ndarray, x: np.ndarray, space: ParamSpace,
-             cfg: CalibConfig):
-    """Data covariance, posterior covariance and identifiability from ``J`` and ``r`` at ``x``."""
-    m, n = J.shape
-    D = space.prior_std
-    dof = max(m - n, 1)
-    s2 = max(float(r @ r) / dof, 1e-300)
-    Js = J * D  # prior-scaled columns: the prior is N(0, I) in these units
-    F = Js.T @ Js / s2
-    lam, V = np.linalg.eigh(F)
+def _design(n: int) -> np.ndarray:
+    """Response-surface design in unit coordinates: the centre, +-e_i and +-(e_i +- e_j)/sqrt 2
+    on rings of radius 1 and 2 (``1 + 4n^2`` points)."""
+    ring = [np.eye(n), -np.eye(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            for si in (1, -1):
+                for sj in (1, -1):
+                    v = np.zeros(n)
+                    v[i], v[j] = si, sj
+                    ring.append(v[None] / np.sqrt(2))
+    ring = np.concatenate(ring)
+    return np.concatenate([np.zeros((1, n)), ring, 2 * ring])
+
+
+def _quadratic_features(u: np.ndarray) -> np.ndarray:
+    n = u.shape[1]
+    iu = np.triu_indices(n)
+    return np.concatenate([np.ones((len(u), 1)), u, u[:, iu[0]] * u[:, iu[1]]], axis=1)
+
+
+def _local_fit(fn: _Counted, problem: WindowProblem, x: np.ndarray, space: ParamSpace, cfg: CalibConfig):
+    """Curvature and per-window scores of the objective around ``x`` by quadratic regression.
+
+    ``f(x + D h u) ~ f0 + g.u + u'Hu/2`` over :func:`_design` (``D`` = prior std, ``h`` =
+    ``jac_step``), fitted to the total objective and to each window's share. The step is
+    doubled (up to twice) while the fitted curvature is not positive definite.
+
+    Returns:
+        ``(H, G, rough, s2, r, scale)``: ``(n, n)`` curvature in scaled units, ``(W, n)``
+        per-window gradients, the regression's residual std (roughness of ``f``), the residual
+        variance at ``x``, the residuals at ``x`` and the per-parameter unit ``D h``.
+    """
+    n = len(x)
+    blocks = problem.window_blocks()
+    n_win = int(blocks.max()) + 1
+    U = _design(n)
+    h = cfg.jac_step
+    for _ in range(3):
+        scale = h * space.prior_std
+        X = np.clip(x + U * scale, space.low, space.high)
+        R = fn(X)
+        u = (X - x) / scale
+        fw = np.zeros((len(X), n_win))
+        for k in range(len(X)):
+            fw[k] = 0.5 * np.bincount(blocks, weights=R[k] ** 2, minlength=n_win)
+        A = _quadratic_features(u)
+        y = np.concatenate([fw.sum(axis=1, keepdims=True), fw], axis=1)
+        coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+        iu = np.triu_indices(n)
+        Hc = np.zeros((n, n))
+        Hc[iu] = coef[1 + n :, 0]
+        H = Hc + Hc.T  # diagonal: 2 c_ii; off-diagonal: c_ij
+        if np.linalg.eigvalsh(H).min() > 0:
+            break
+        h *= 2
+    fit = A @ coef[:, 0]
+    dof = max(len(X) - A.shape[1], 1)
+    rough = float(np.sqrt(np.sum((y[:, 0] - fit) ** 2) / dof))
+    r = R[0]
+    s2 = float(r @ r) / max(r.size - n, 1)
+    return H, coef[1 : 1 + n, 1:].T, rough, max(s2, 1e-300), r, scale
+
+
+def _laplace(H: np.ndarray, G: np.ndarray, rough: float, s2: float, scale: np.ndarray,
+             space: ParamSpace, cfg: CalibConfig):
+    """Data covariance, posterior covariance and the spectrum, from the local fit.
+
+    In scaled units ``u`` (parameter = x + scale * u)::
+
+        C_stat = s2 H^-1, or the window-clustered sandwich H^-1 (sum_w g_w g_w') H^-1 if larger
+        C_data = C_stat + rough H^-1     (allowance for the objective's contact roughness)
+        Sigma  = (C_data^-1 + Sigma_0^-1)^-1
+    """
+    n = len(H)
+    lam, V = np.linalg.eigh((H + H.T) / 2)
     lam_max = max(float(lam.max()), 1e-300)
-    null = lam < cfg.null_tol * lam_max
-    # data covariance in scaled units; unconstrained directions have infinite variance
-    inv_lam = np.where(null, np.inf, 1.0 / np.where(null, 1.0, lam))
-    with np.errstate(invalid="ignore"):
-        var_s = np.array([np.sum(np.where(V[i] ** 2 > 1e-20, V[i] ** 2 * inv_lam, 0.0)) for i in range(n)])
-    C_s = (V * np.where(null, 0.0, inv_lam)) @ V.T  # pseudo-inverse on the constrained part
-    n_win = int(blocks.max()) + 1 if blocks.size else 0
-    if not null.any() and n_win >= 4 * n:
-        # cluster-robust (sandwich) by window: errors within a window share its noisy start
-        # state, so they are not independent; keep whichever estimate is the more cautious
-        G = np.zeros((n_win, n))
-        np.add.at(G, blocks, Js * r[:, None])
-        C_rob = C_s @ (G.T @ G / s2**2) @ C_s * n_win / max(n_win - n, 1)
-        if np.trace(C_rob) > np.trace(C_s):
-            C_s = C_rob
-            var_s = np.diag(C_s).copy()
-    data_std = np.sqrt(var_s) * D
-    # posterior: data information plus the unit prior (scaled units)
-    prec = V @ np.diag(np.where(null, 0.0, lam)) @ V.T
-    if not null.any():
-        prec = np.linalg.pinv(C_s)
-    post_s = np.linalg.inv(prec + np.eye(n))
-    cov = post_s * np.outer(D, D)
-    # data-only correlation (ridge keeps it finite along unconstrained directions)
-    Cr = np.linalg.inv(F + 1e-9 * lam_max * np.eye(n)) if null.any() else C_s
+    null = lam <= cfg.null_tol * lam_max
+    inv_lam = np.where(null, 0.0, 1.0 / np.where(null, 1.0, lam))
+    Hinv = (V * inv_lam) @ V.T
+    C = s2 * Hinv
+    n_win = len(G)
+    if n_win >= 4 * n and not null.any() and _SANDWICH:
+        # each window's own gradient varies with its noise *and* its contact roughness, so
+        # the sandwich already carries the roughness; without enough windows, allow for it
+        C = Hinv @ (G.T @ G) @ Hinv * n_win / max(n_win - n, 1)
+    else:
+        C = C + rough * Hinv
+    # variance along unconstrained directions is unbounded
+    var = np.diag(C).copy()
+    var[(V[:, null] ** 2).sum(axis=1) > 1e-6] = np.inf
+    data_std = np.sqrt(var) * scale
+    # posterior with the prior N(nominal, prior_std^2), i.e. precision 1/h^2 in scaled units
+    prior_prec = np.diag((scale / space.prior_std) ** 2)
+    prec = np.linalg.pinv(C, hermitian=True) if not null.any() else (V * np.where(null, 0.0, lam / (s2 + rough))) @ V.T
+    post = np.linalg.inv(prec + prior_prec)
+    cov = post * np.outer(scale, scale)
+    Cr = C if not null.any() else np.linalg.inv(H + 1e-9 * lam_max * np.eye(n)) * s2
     sd = np.sqrt(np.maximum(np.diag(Cr), 1e-300))
     corr = Cr / np.outer(sd, sd)
     np.fill_diagonal(corr, 1.0)
     sv = np.sqrt(np.maximum(lam[::-1], 0.0))
-    return cov, data_std, corr, null, V, sv
+    return cov, data_std, corr, null, V, sv, C
+
+
+def _log_directions(x, H, C_u, null, scale, s2):
+    """Principal combinations of ``log x``, best determined first.
+
+    Returns ``(n, n)`` unit directions (columns) and the data-only std of each combination
+    (relative: 0.01 = 1%), ``inf`` along what the data do not constrain; ``nan`` when a
+    parameter sits at 0 (no logarithm)."""
+    n = len(x)
+    A = np.abs(x) / scale  # u = A * dlog(x)
+    if (A <= 0).any():
+        return np.eye(n), np.full(n, np.nan)
+    if null.any():
+        Hz = H * np.outer(A, A)
+        lam, V = np.linalg.eigh((Hz + Hz.T) / 2)
+        lam, V = lam[::-1], V[:, ::-1]
+        ok = lam > 0
+        std = np.where(ok, np.sqrt(s2 / np.where(ok, lam, 1.0)), np.inf)
+        std[null[::-1]] = np.inf
+        return V, std
+    Cz = C_u / np.outer(A, A)
+    w, V = np.linalg.eigh((Cz + Cz.T) / 2)
+    return V, np.sqrt(np.maximum(w, 0.0))
 
 
 def _identifiability(x, data_std, corr, null, V, space: ParamSpace, cfg: CalibConfig):
@@ -506,36 +726,74 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     elif list(twin.param_space.names) != space.names:
         raise TwinloopError(f"twin varies {twin.param_space.names} but calibration fits {space.names}")
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    problem = WindowProblem(task, twin, _windows(task, train, cfg), error)
+    problem = WindowProblem(task, twin, _windows(task, train, cfg), error, cfg.delay_steps or 0)
     fn = _Counted(problem, space, cfg.max_evals, progress)
+    if cfg.delay_steps is None:
+        delays = list(range(0, min(cfg.max_delay_steps, cfg.window * task.substeps - 1) + 1))
+        problem.delay = _best_delay(fn, problem, x0, delays)
     r0 = fn(x0[None])[0]
-    try:
-        _METHODS[cfg.method](fn, x0, space, cfg)
-    except _Budget:
-        pass  # the best point seen so far stands
+    fit = _METHODS[cfg.method]
+    if cfg.delay_steps is None:
+        # a delay may look best at x0 only because x0 is off: fit with half the budget, choose
+        # the delay again at that fit, and spend the rest from there
+        fn.max_evals = (cfg.max_evals + fn.n_evals) // 2
+        try:
+            fit(fn, x0, space, cfg)
+        except _Budget:
+            pass
+        fn.max_evals = cfg.max_evals
+        fn.enforce = False
+        x1 = fn.best_x.copy()
+        d = _best_delay(fn, problem, x1, delays)
+        problem.delay = d
+        fn.best_f, fn.best_x = np.inf, None  # objectives under another delay do not compare
+        fn(np.stack([x0, x1]))
+        fn.enforce = True
+        try:
+            fit(fn, fn.best_x.copy(), space, cfg)
+        except _Budget:
+            pass
+    else:
+        try:
+            fit(fn, x0, space, cfg)
+        except _Budget:
+            pass  # the best point seen so far stands
     x = fn.best_x
-    # the posterior's local Jacobian is simulated outside the fitting budget
+    n_fit = fn.n_evals
+    # the posterior's local fit is simulated outside the fitting budget
     fn.enforce = False
-    r = fn(x[None])[0]
-    J = _jacobian(fn, x, space, cfg.jac_step)
-    cov, data_std, corr, null, V, sv = _laplace(J, r, problem.window_blocks(), x, space, cfg)
+    if cfg.delay_steps is None:
+        r0 = fn(x0[None])[0]  # the starting error under the delay finally chosen
+    H, G, rough, s2, r, scale = _local_fit(fn, problem, x, space, cfg)
+    cov, data_std, corr, null, V, sv, C_u = _laplace(H, G, rough, s2, scale, space, cfg)
+    dirs, dir_std = _log_directions(x, H, C_u, null, scale, s2)
     ok, reasons, confounded = _identifiability(x, data_std, corr, null, V, space, cfg)
     sd = np.sqrt(np.diag(cov))
     interval = np.stack([np.maximum(x - 1.96 * sd, space.low), np.minimum(x + 1.96 * sd, space.high)], axis=1)
     particles = _sample(x, cov, space, cfg.particles, cfg.seed)
     hold_err = (float("nan"), float("nan"))
     if held:
-        hp = WindowProblem(task, twin, _windows(task, held, cfg), error)
+        hp = WindowProblem(task, twin, _windows(task, held, cfg), error, problem.delay)
         hr = hp.residuals(np.stack([x0, x]))
         hold_err = (_rms(hr[0]), _rms(hr[1]))
     return Posterior(
         names=space.names, estimate=x, covariance=cov, interval=interval, data_std=data_std,
         correlation=corr, identifiable=ok, reasons=reasons, confounded=confounded,
         singular_values=sv, particles=particles, low=space.low, high=space.high, method=cfg.method,
-        train_error=(_rms(r0), _rms(r)), holdout_error=hold_err, n_evals=fn.n_evals,
-        sim_steps=fn.n_evals * problem.steps_per_eval, n_windows=sum(len(w) for w in problem.windows),
+        train_error=(_rms(r0), _rms(r)), holdout_error=hold_err, n_evals=n_fit,
+        sim_steps=n_fit * problem.steps_per_eval, posterior_evals=fn.n_evals - n_fit, delay_steps=problem.delay,
+        log_directions=dirs, log_direction_std=dir_std, n_windows=sum(len(w) for w in problem.windows),
         n_transitions=sum(t.ticks for t in train), seconds=time.perf_counter() - t_start, x0=x0,
     )
+
+
+def _best_delay(fn: _Counted, problem: WindowProblem, x: np.ndarray, delays: Sequence[int]) -> int:
+    """The candidate delay with the smallest objective at ``x`` (one evaluation each)."""
+    costs = []
+    for d in delays:
+        problem.delay = d
+        costs.append(float((fn(x[None])[0] ** 2).sum()))
+    return int(delays[int(np.argmin(costs))])
 
 
 def _windows(task: Task, trajs: Sequence[Trajectory], cfg: CalibConfig) -> list[Windows]:

@@ -15,7 +15,7 @@ dataset, such as an unmeasured height, is not compared), hinge angles wrapped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mujoco
@@ -93,7 +93,7 @@ def as_trajectories(task: Task, episodes: Sequence) -> list[Trajectory]:
             valid &= np.abs(dt - task.control_period) <= 0.5 * task.control_period
         # runs of valid transitions [a, b): states a..b, actions a..b-1
         edges = np.flatnonzero(np.diff(np.concatenate([[0], valid.astype(int), [0]])))
-        for a, b in zip(edges[::2], edges[1::2]):
+        for a, b in zip(edges[::2], edges[1::2], strict=True):
             out.append(Trajectory(states[a : b + 1], actions[a:b], index))
     if not out:
         raise TwinloopError("the episodes hold no transitions (each needs at least two states)")
@@ -109,12 +109,15 @@ class Windows:
         actions: ``(B, L, nu)`` actions per tick.
         targets: ``(B, L, nstate)`` recorded states after each tick.
         episode: ``(B,)`` episode index of each window.
+        before: ``(B, nu)`` the action held before the window (its first tick's action for a
+            window at an episode's start); a delayed actuator still applies it at first.
     """
 
     starts: np.ndarray
     actions: np.ndarray
     targets: np.ndarray
     episode: np.ndarray
+    before: np.ndarray | None = None
 
     @property
     def length(self) -> int:
@@ -154,11 +157,12 @@ def make_windows(trajectories: Sequence[Trajectory], length: int, stride: int | 
             else:
                 k += 1
         for s in starts or [0]:
-            groups.setdefault(L, []).append((tr.states[s], tr.actions[s : s + L], tr.states[s + 1 : s + L + 1], tr.index))
+            groups.setdefault(L, []).append((tr.states[s], tr.actions[s : s + L], tr.states[s + 1 : s + L + 1],
+                                             tr.index, tr.actions[max(s - 1, 0)]))
     return [
         Windows(
             np.stack([g[0] for g in rows]), np.stack([g[1] for g in rows]),
-            np.stack([g[2] for g in rows]), np.array([g[3] for g in rows]),
+            np.stack([g[2] for g in rows]), np.array([g[3] for g in rows]), np.stack([g[4] for g in rows]),
         )
         for _, rows in sorted(groups.items(), reverse=True)
     ]
@@ -221,7 +225,7 @@ class StateError:
 
     @classmethod
     def for_task(cls, task: Task, trajectories: Sequence[Trajectory], pos_scale: float = 1e-3,
-                 angle_scale: float = 1e-2, vel_scale: float = 2e-2, use_velocity: bool = True) -> StateError:
+                 angle_scale: float = 5e-2, vel_scale: float = 2e-2, use_velocity: bool = True) -> StateError:
         """Scales per component kind; compare what varies in the recorded data."""
         m = task.model
         for name, v in (("pos_scale", pos_scale), ("angle_scale", angle_scale), ("vel_scale", vel_scale)):
@@ -260,14 +264,26 @@ class StateError:
         return (d / self.scale)[..., self.mask]
 
 
-def window_rollout_states(twin, windows: Windows, substeps: int, params: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Replay every window under every particle.
+def window_controls(windows: Windows, substeps: int, delay: int = 0) -> np.ndarray:
+    """``(B, L * substeps, nu)`` controls per physics step: each action held for its tick,
+    reaching the actuators ``delay`` physics steps late (the action before the window fills in)."""
+    ctrl = np.repeat(windows.actions, substeps, axis=1)
+    if delay <= 0:
+        return ctrl
+    if delay >= ctrl.shape[1]:
+        raise TwinloopError(f"delay of {delay} steps is longer than the window ({ctrl.shape[1]} steps)")
+    before = windows.actions[:, :1] if windows.before is None else windows.before[:, None]
+    return np.concatenate([np.repeat(before, delay, axis=1), ctrl[:, :-delay]], axis=1)
+
+
+def window_rollout_states(twin, windows: Windows, substeps: int, params: np.ndarray | None,
+                          delay: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Replay every window under every particle (actions delayed by ``delay`` physics steps).
 
     Returns:
         ``(P, B, L, nstate)`` predicted states after each tick and ``(P, B)`` ok flags.
     """
-    ctrl = np.repeat(windows.actions, substeps, axis=1)  # held for each physics step of a tick
-    r = twin.rollout_many(windows.starts, ctrl, params, sensors=False)
+    r = twin.rollout_many(windows.starts, window_controls(windows, substeps, delay), params, sensors=False)
     m = twin.model
     q = r.qpos[:, :, substeps::substeps]
     v = r.qvel[:, :, substeps::substeps]
@@ -275,5 +291,57 @@ def window_rollout_states(twin, windows: Windows, substeps: int, params: np.ndar
     return np.concatenate([q, v, act], axis=-1), r.ok
 
 
-__all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "free_starts", "make_windows", "split_episodes",
-           "window_rollout_states"]
+def record_trajectory(world, policy: Callable[[np.ndarray, int], np.ndarray], seed: int, ticks: int,
+                      index: int | None = None) -> Trajectory:
+    """Run ``policy(obs, tick) -> action`` in ``world`` for ``ticks`` control ticks and record
+    the twin states (from the observations, so with the world's noise) and actions."""
+    task = world.task
+    obs = world.reset(seed)
+    states, actions = [], []
+    for k in range(ticks):
+        a = np.asarray(policy(obs, k), dtype=float)
+        states.append(task.state_from_obs(obs))
+        actions.append(a)
+        obs, _ = world.step(a)
+    states.append(task.state_from_obs(obs))
+    return Trajectory(np.array(states), np.array(actions), seed if index is None else index)
+
+
+def pusher_excitation(task: Task, seed: int, kind: str = "excite", period: int = 10) -> Callable:
+    """A scripted excitation for the planar pusher tasks (pusher at ``qpos[0:2]``, block at
+    ``qpos[2:4]``): ``f(obs, tick) -> action``.
+
+    ``excite``: every ``period`` ticks pick a new direction (roughly toward the table's middle)
+    and speed; approach behind the block (3 ticks), push through it (5), back off (2): speed-ups,
+    pushes and free slides that separate friction from mass. ``constant``: one push along +x at
+    constant speed, which only fixes their product (a poorly excited set).
+    """
+    if kind not in ("excite", "constant"):
+        raise TwinloopError(f"unknown excitation {kind!r}; choose excite or constant")
+    rng = np.random.default_rng([seed, 7])
+    reach = 0.075 if task.name == "block-push" else 0.09
+    mem: dict = {}
+
+    def f(obs, k):
+        s = task.state_from_obs(obs)
+        pusher, block = s[0:2], s[2:4]
+        if kind == "constant":
+            return np.clip([pusher[0] + 0.02, block[1]], task.action_low, task.action_high)
+        if k % period == 0:
+            ang = np.arctan2(-block[1], -block[0]) + rng.uniform(-0.8, 0.8)
+            mem["d"] = np.array([np.cos(ang), np.sin(ang)])
+            mem["speed"] = rng.uniform(0.05, 0.15)
+        d, ph = mem["d"], (k % period) / period
+        if ph < 0.3:
+            tgt = block - d * reach
+        elif ph < 0.8:
+            tgt = block + d * mem["speed"]
+        else:
+            tgt = pusher - d * 0.03
+        return np.clip(tgt, task.action_low, task.action_high)
+
+    return f
+
+
+__all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "free_starts", "make_windows",
+           "pusher_excitation", "record_trajectory", "split_episodes", "window_controls", "window_rollout_states"]

@@ -182,6 +182,7 @@ class DistillRun:
         self.world = make_world(self.task, cfg.world, cfg.severity, cfg.seed)
         self.twin = make_twin("mujoco", self.task.model, self.task.param_space())
         self.demos: list[Demo] = []
+        self.last_loss = float("nan")
 
     def refiner(self, k: int) -> Refiner:
         rcfg = RefinerConfig(num_samples=k, horizon=self.task.horizon, seed=self.cfg.seed)
@@ -213,6 +214,7 @@ class DistillRun:
             def cb(epoch, loss):
                 self.progress(label, epoch, self.cfg.epochs)
         policy, log = DistilledPolicy.fit(self.task, self.demos, self.cfg.policy_config(), progress=cb)
+        self.last_loss = log.losses[-1]
         self.log(f"round {round_}: trained on {len(self.demos)} episodes ({log.samples} ticks), "
                  f"loss {log.losses[0]:.3f} -> {log.losses[-1]:.3f} in {log.seconds:.0f} s")
         return policy
@@ -255,19 +257,23 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
         policy = run.train(r)
         policy.save(out / f"policy_round{r}.pt")
         results["distilled"] = run.episodes(f"base r{r}", world, run.controller(policy, K, refine=False), eval_seeds)
-        sweep = {}
+        sweep, sweep_err = {}, {}
         for k in sorted({*cfg.k_sweep, K}):
             eps = run.episodes(f"K={k} r{r}", world, run.controller(policy, k), eval_seeds)
-            sweep[k] = float(np.mean([e.success for e in eps]))
+            sweep[k], sweep_err[k] = _rate(eps), _error(eps)
             if k == K:
                 results["distilled+refined"] = eps
-        base_rate = float(np.mean([e.success for e in results["distilled"]]))
+        base_rate = _rate(results["distilled"])
         summary["rounds"].append({
             "round": r, "train_episodes": len(run.demos),
             "train_ticks": int(sum(len(d.actions) for d in run.demos)),
+            "train_loss": run.last_loss,
             "base_success": base_rate, "refined_success": sweep[K],
             "min_k": min_k(sweep) if cfg.k_sweep else None,
+            # success saturates (at 0 or 1) on hard or easy tasks; the error still tells
+            "base_error": _error(results["distilled"]), "refined_error": sweep_err[K],
             "k_success": {str(k): v for k, v in sweep.items()},
+            "k_error": {str(k): v for k, v in sweep_err.items()},
         })
         log(f"round {r}: base {100 * base_rate:.0f}%, refined (K={K}) {100 * sweep[K]:.0f}%, "
             f"min K {summary['rounds'][-1]['min_k']}")
@@ -279,6 +285,14 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
     summary = _write(summary, results, out, t_start)
     _plots(summary, out, log)
     return summary
+
+
+def _rate(episodes) -> float:
+    return float(np.mean([e.success for e in episodes]))
+
+
+def _error(episodes) -> float:
+    return float(np.mean([e.final_error for e in episodes]))
 
 
 def _write(summary: dict, results: dict, out: Path, t_start: float) -> dict:

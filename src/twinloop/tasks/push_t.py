@@ -124,6 +124,7 @@ class PushT(Task):
     Args:
         goal: goal pose ``(x, y, yaw)`` in metres (default Push-T's (256, 256, pi/4)).
         success_coverage: fraction of the goal T the block must cover.
+        weights: overrides of :attr:`WEIGHTS` by residual name.
     """
 
     name = "push-t"
@@ -136,13 +137,19 @@ class PushT(Task):
     obs_names = ("pusher_x", "pusher_y", "block_x", "block_y", "block_yaw",
                  "pusher_vx", "pusher_vy", "block_vx", "block_vy", "block_wz")
     pusher_radius = PUSHER_RADIUS
+    WEIGHTS = {"block_position": 1.0, "block_yaw": 1.0, "reach": 0.3, "effort": 0.02,
+               "final_position": 3.0, "final_yaw": 3.0}
 
-    def __init__(self, goal=None, success_coverage: float = 0.95):
+    def __init__(self, goal=None, success_coverage: float = 0.95, weights: dict | None = None):
         g = pose_from_pusht(GOAL_PUSHT) if goal is None else as_array(goal, "goal", (3,))
         self.goal = g
         if not 0 < success_coverage <= 1:
             raise TwinloopError(f"success_coverage must be in (0, 1], got {success_coverage}")
         self.success_coverage = float(success_coverage)
+        unknown = sorted(set(weights or {}) - set(self.WEIGHTS))
+        if unknown:
+            raise TwinloopError(f"unknown push-t cost term(s) {unknown}; terms: {', '.join(self.WEIGHTS)}")
+        self.weights = {**self.WEIGHTS, **{k: float(v) for k, v in (weights or {}).items()}}
         self.action_low = np.array([-WORKSPACE, -WORKSPACE])
         self.action_high = np.array([WORKSPACE, WORKSPACE])
         self._goal_poly = t_polygon(g)
@@ -217,13 +224,14 @@ class PushT(Task):
         def final_yaw(t: Traj):
             return yaw_vec(t.qpos[..., -1, :], 0.01)
 
+        w = self.weights
         return (
-            Residual("block_position", 1.0, pos),
-            Residual("block_yaw", 1.0, yaw),
-            Residual("reach", 0.3, reach),
-            Residual("effort", 0.02, effort),
-            Residual("final_position", 0.1, final_pos, terminal=True),
-            Residual("final_yaw", 0.1, final_yaw, terminal=True),
+            Residual("block_position", w["block_position"], pos),
+            Residual("block_yaw", w["block_yaw"], yaw),
+            Residual("reach", w["reach"], reach),
+            Residual("effort", w["effort"], effort),
+            Residual("final_position", w["final_position"], final_pos, terminal=True),
+            Residual("final_yaw", w["final_yaw"], final_yaw, terminal=True),
         )
 
     # -- episodes ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ A difference in a static (NumPy, shape-defining) MJX field is rejected with an e
 
 Precision and known differences from CPU MuJoCo:
 - MJX computes in float32 unless JAX's x64 mode is on; the arrays returned are float32.
+  Matrix products are traced at ``highest`` precision (no TF32 on GPUs).
 - Under ``implicitfast``, MJX keeps the implicit velocity term of a position actuator (kv)
   even while its force is clipped by ``forcerange``; MuJoCo C drops it then. Pushers whose
   actuators saturate (a target far from the pusher) therefore move differently, and contact
@@ -81,6 +82,10 @@ class MjxTwin:
         self._compiled: dict[tuple, object] = {}
         self.n_compiles = 0  # programs traced and compiled so far
         self._set_params(None)
+
+    def close(self) -> None:
+        """Drop the compiled programs (device memory); the twin recompiles if used again."""
+        self._compiled.clear()
 
     def _put(self, m: mujoco.MjModel) -> mjx.Model:
         try:
@@ -212,7 +217,10 @@ class MjxTwin:
                 jax.ShapeDtypeStruct((K, T, self.nu), dt),
             )
             fn = functools.partial(self._rollout_fn, P, self._batched)
-            self._compiled[key] = jax.jit(fn).lower(*args).compile()
+            # full float32 matmuls: on GPUs JAX may otherwise use TF32 (10-bit mantissa) in the
+            # solver, and these matrices are far too small for tensor cores to pay off
+            with jax.default_matmul_precision("highest"):
+                self._compiled[key] = jax.jit(fn).lower(*args).compile()
             self.n_compiles += 1
         return self._compiled[key]
 
@@ -243,10 +251,13 @@ class MjxTwin:
 
             return jax.vmap(candidate)(states, ctrl)  # (K, T+1, ...)
 
-        if batched:
+        if batched and P > 1:
             qpos, qvel, sens = jax.vmap(particle)(stacked)
-        else:  # no leaf varies: simulate once, every particle sees the same model
-            qpos, qvel, sens = (jnp.broadcast_to(x, (P, *x.shape)) for x in particle(()))
+        else:
+            # one particle, or no leaf varies: an unbatched model (vmapping model leaves, even
+            # over P = 1, made XLA's CPU program 2x slower) shared by every particle
+            row = tuple(x[0] for x in stacked) if batched else ()
+            qpos, qvel, sens = (jnp.broadcast_to(x, (P, *x.shape)) for x in particle(row))
         # NaN fails the speed comparison, so qvel needs no separate finiteness pass
         ok = jnp.isfinite(qpos).all(axis=(2, 3)) & (jnp.abs(qvel) <= self.max_speed).all(axis=(2, 3))
         return qpos, qvel, sens, ok

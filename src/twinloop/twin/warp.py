@@ -133,6 +133,13 @@ class WarpTwin:
         self.n_compiles = 0  # rollout programs built (and captured, on CUDA) so far
         self._set_params(None)
 
+    def close(self) -> None:
+        """Free the per-shape device buffers and graphs; the twin rebuilds them if used again."""
+        self._programs.clear()
+        self._fields.clear()
+        for n, a in self._nominal.items():
+            setattr(self._mw, n, a)
+
     # -- parameters --------------------------------------------------------------------------
 
     def _differing(self, models: list[mujoco.MjModel]) -> tuple[str, ...]:
@@ -161,7 +168,7 @@ class WarpTwin:
                 for m, c in zip(models, converted, strict=True)
             )
             self._direct[n] = self._direct.get(n, True) and direct
-        return tuple(names)
+        return tuple(sorted(names))
 
     def models_for(self, params) -> list[mujoco.MjModel]:
         """One CPU model per parameter particle (cached while ``params`` is unchanged).

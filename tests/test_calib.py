@@ -1,0 +1,273 @@
+"""Calibration: multiple-shooting windows, the methods behind calibrate(), the posterior."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from twinloop.calib import (
+    CalibConfig,
+    Posterior,
+    StateError,
+    as_trajectories,
+    calibrate,
+    free_starts,
+    make_windows,
+    pusher_excitation,
+    record_trajectory,
+)
+from twinloop.calib.windows import window_controls
+from twinloop.errors import TwinloopError
+from twinloop.tasks import make_task
+from twinloop.twin import make_twin
+from twinloop.worlds import SimWorld
+
+TRUTH = np.array([0.4, 0.7])  # block friction, block mass: a friction force the pusher overcomes
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("block-push")
+
+
+@pytest.fixture(scope="module")
+def space(task):
+    return task.param_space().subset(["block_friction", "block_mass"])
+
+
+class DelayedWorld(SimWorld):
+    """Hidden parameters plus an actuation delay of ``delay`` physics steps."""
+
+    def __init__(self, task, model, delay):
+        super().__init__(task, model)
+        self.delay = delay
+
+    def reset(self, seed):
+        obs = super().reset(seed)
+        self.queue = [self.data.ctrl.copy() for _ in range(self.delay)]
+        return obs
+
+    def step(self, action):
+        import mujoco
+
+        for _ in range(self.substeps):
+            self.queue.append(np.asarray(action, float))
+            self.data.ctrl[:] = self.queue.pop(0)
+            mujoco.mj_step(self.model, self.data)
+        self.t += 1
+        return self._observe(), self.info()
+
+
+def record(task, space, n, kind="excite", ticks=40, truth=TRUTH, world=None):
+    world = world or SimWorld(task, model=space.apply(task.model, truth))
+    return [record_trajectory(world, pusher_excitation(task, s, kind), s, ticks) for s in range(n)]
+
+
+@pytest.fixture(scope="module")
+def excited(task, space):
+    return record(task, space, 3)
+
+
+# -- windows -----------------------------------------------------------------------------------
+
+
+def test_rollout_many_matches_one_rollout_per_start_state(task):
+    twin = make_twin("mujoco", task.model, task.param_space())
+    rng = np.random.default_rng(0)
+    states = np.stack([task.initial_state(rng) for _ in range(3)])
+    ctrl = rng.uniform(-0.1, 0.1, (3, 20, 2))
+    params = np.stack([task.param_space().nominal, task.param_space().nominal * 1.5])
+    many = twin.rollout_many(states, ctrl, params)
+    assert many.qpos.shape == (2, 3, 21, task.model.nq)
+    for b in range(3):
+        one = twin.rollout(states[b], ctrl[b : b + 1], params)
+        np.testing.assert_allclose(many.qpos[:, b], one.qpos[:, 0])
+        np.testing.assert_allclose(many.qvel[:, b], one.qvel[:, 0])
+
+
+def test_twin_rollout_uses_new_params_after_a_nominal_call(task):
+    # regression: a cache keyed by id() of a freed list replayed stale models
+    space = task.param_space()
+    twin = make_twin("mujoco", task.model, space)
+    s = task.initial_state(np.random.default_rng(0))
+    u = np.tile([0.1, 0.0], (1, 50, 1))
+    high = space.nominal.copy()
+    high[0] = 1.4
+    fresh = make_twin("mujoco", task.model, space).rollout(s, u, high[None]).qpos
+    twin.rollout(s, u, None)
+    np.testing.assert_allclose(twin.rollout(s, u, high[None]).qpos, fresh)
+
+
+def test_episode_with_one_state_per_action_gives_one_transition_less(task):
+    class Ep:
+        def __init__(self, obs, actions, timestamps):
+            self.obs, self.actions, self.timestamps, self.episode_index = obs, actions, timestamps, 3
+
+    obs = np.zeros((6, len(task.obs_names)))
+    obs[:, 2] = np.linspace(-0.1, 0.0, 6)
+    (tr,) = as_trajectories(task, [Ep(obs, np.zeros((6, 2)), np.arange(6) * task.control_period)])
+    assert tr.states.shape == (6, task.nstate) and tr.actions.shape == (5, 2) and tr.index == 3
+
+
+def test_a_skipped_tick_splits_the_episode(task):
+    class Ep:
+        obs = np.zeros((6, len(task.obs_names)))
+        actions = np.zeros((6, 2))
+        timestamps = np.array([0.0, 0.1, 0.2, 0.4, 0.5, 0.6])  # tick at 0.3 s missing
+
+    parts = as_trajectories(task, [Ep()])
+    assert [p.ticks for p in parts] == [2, 2]
+
+
+def test_windows_start_only_where_allowed(excited):
+    tr = excited[0]
+    ok = np.zeros(tr.ticks + 1, bool)
+    ok[[3, 4, 12]] = True
+    (w,) = make_windows([tr], 5, starts_ok=[ok])
+    np.testing.assert_allclose(w.starts, tr.states[[3, 12]])
+    np.testing.assert_allclose(w.targets[1], tr.states[13:18])
+
+
+def test_free_starts_exclude_a_pusher_touching_the_block(task):
+    s = task.initial_state(np.random.default_rng(0))
+    touching = s.copy()
+    touching[0:2] = s[2:4] - [0.04 + 0.015, 0.0]  # pusher against the block's face
+    assert free_starts(task.model, np.stack([s, touching]), 0.003).tolist() == [True, False]
+
+
+def test_delayed_controls_start_with_the_action_before_the_window(excited):
+    (w,) = make_windows(excited[:1], 4, starts_ok=None)
+    c = window_controls(w, 10, delay=3)
+    np.testing.assert_allclose(c[1, :3], np.repeat(w.before[1][None], 3, 0))
+    np.testing.assert_allclose(c[1, 3:13], np.repeat(w.actions[1, :1], 10, 0))
+
+
+def test_state_error_ignores_unmeasured_components_and_wraps_angles(task, excited):
+    err = StateError.for_task(task, excited)
+    assert not err.mask[4] and not err.mask[task.model.nq + 4]  # block height is never observed
+    a, b = np.zeros(task.nstate), np.zeros(task.nstate)
+    a[5], b[5] = np.pi - 0.01, -np.pi + 0.01  # 0.02 rad apart across the wrap
+    r = err(a, b)
+    assert np.abs(r).max() == pytest.approx(0.02 / err.scale[5])
+
+
+# -- methods -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["least_squares", "cma"])
+def test_method_recovers_friction_and_mass_from_excited_data(task, space, excited, method):
+    post = calibrate(task, excited, space, method, config=CalibConfig(max_evals=120))
+    # the nominal twin is 25-29% off; contact roughness and the unobserved block height
+    # leave a few percent even on noise-free data
+    assert np.max(post.error(TRUTH)) < 0.08
+    assert post.train_error[1] < post.train_error[0]
+    assert np.all(post.interval[:, 0] <= post.estimate) and np.all(post.estimate <= post.interval[:, 1])
+
+
+def test_constant_push_is_flagged_not_identifiable(task, space):
+    post = calibrate(task, record(task, space, 2, "constant"), space, "least_squares", config=CalibConfig(max_evals=80))
+    assert not post.identifiable.any()
+    assert "NOT IDENTIFIABLE" in post.report()
+    # the data fix the product friction x mass (log f + log m), far better than the ratio
+    best, worst = post.log_directions[:, 0], post.log_directions[:, -1]
+    assert best[0] * best[1] > 0 and worst[0] * worst[1] < 0
+    assert post.log_direction_std[-1] > 3 * post.log_direction_std[0]
+
+
+def test_fit_stays_within_its_simulation_budget(task, space, excited):
+    post = calibrate(task, excited, space, "cma", config=CalibConfig(max_evals=30))
+    assert 2 <= post.n_evals <= 30
+    assert post.sim_steps == post.n_evals * post.n_windows * 5 * task.substeps
+
+
+def test_same_seed_gives_the_same_posterior(task, space, excited):
+    cfg = CalibConfig(method="cma", max_evals=40, seed=3)
+    a, b = calibrate(task, excited, space, config=cfg), calibrate(task, excited, space, config=cfg)
+    np.testing.assert_array_equal(a.estimate, b.estimate)
+    np.testing.assert_array_equal(a.particles, b.particles)
+
+
+def test_particles_lie_within_bounds_and_start_at_the_estimate(task, space, excited):
+    post = calibrate(task, excited, space, config=CalibConfig(max_evals=40, particles=32))
+    assert post.particles.shape == (32, 2)
+    np.testing.assert_array_equal(post.particles[0], post.estimate)
+    assert np.all(post.particles >= space.low) and np.all(post.particles <= space.high)
+    assert np.ptp(post.particles, axis=0).min() > 0
+
+
+def test_holdout_error_drops_after_the_fit(task, space):
+    eps = record(task, space, 3)
+    post = calibrate(task, eps, space, config=CalibConfig(max_evals=80, holdout_fraction=0.34))
+    before, after = post.holdout_error
+    assert after < before
+
+
+def test_actuation_delay_is_estimated(task, space):
+    world = DelayedWorld(task, space.apply(task.model, TRUTH), delay=4)
+    post = calibrate(task, record(task, space, 2, world=world), space,
+                     config=CalibConfig(max_evals=60, delay_steps=None, max_delay_steps=8))
+    assert post.delay_steps == 4
+
+
+def test_posterior_survives_a_json_round_trip(task, space, excited):
+    import json
+
+    post = calibrate(task, excited, space, config=CalibConfig(max_evals=30))
+    back = Posterior.from_dict(json.loads(json.dumps(post.to_dict())))
+    np.testing.assert_array_equal(back.covariance, post.covariance)
+    assert back.report() == post.report()
+
+
+def test_foreign_lerobot_parquet_calibrates_through_a_column_map(task, space, excited, tmp_path):
+    from twinloop.data.episodes import load_lerobot
+
+    rows = []
+    for tr in excited:
+        for k in range(tr.ticks):
+            s = tr.states[k]
+            obs = [s[0], s[1], s[2], s[3], s[5], s[6], s[7], s[8], s[9], s[11]]
+            rows.append({"state": obs, "act": list(tr.actions[k]), "t": k * 0.1, "ep": tr.index})
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data.parquet")
+    eps = load_lerobot(tmp_path / "data.parquet", {"obs": "state", "action": "act", "timestamp": "t",
+                                                   "episode_index": "ep"})
+    post = calibrate(task, eps, space, config=CalibConfig(max_evals=60))
+    assert np.max(post.error(TRUTH)) < 0.1
+
+
+def test_bad_input_is_named(task, space, excited):
+    with pytest.raises(TwinloopError, match="no episodes"):
+        calibrate(task, [], space)
+    with pytest.raises(TwinloopError, match="calibration method"):
+        calibrate(task, excited, space, "newton")
+    with pytest.raises(TwinloopError, match="x0"):
+        calibrate(task, excited, space, x0=[0.5])
+    with pytest.raises(TwinloopError, match="outside its bounds"):
+        calibrate(task, excited, space, x0=[9.0, 0.5])
+    with pytest.raises(TwinloopError, match="window"):
+        CalibConfig(window=0)
+    with pytest.raises(TwinloopError, match="neither states"):
+        as_trajectories(task, [object()])
+
+
+def test_mjx_method_names_the_missing_extra(task, space, excited):
+    try:
+        import jax  # noqa: F401
+        from mujoco import mjx  # noqa: F401
+
+        pytest.skip("jax and mujoco-mjx are installed")
+    except ImportError:
+        pass
+    with pytest.raises(TwinloopError, match=r"\[gpu\]"):
+        calibrate(task, excited, space, "mjx", config=CalibConfig(max_evals=10))
+
+
+@pytest.mark.slow
+def test_mjx_forward_mode_jacobian_fits_like_least_squares(task, space):
+    pytest.importorskip("jax")
+    pytest.importorskip("mujoco.mjx")
+    eps = record(task, space, 1, ticks=30)
+    post = calibrate(task, eps, space, "mjx", config=CalibConfig(max_evals=40))  # compiles MJX (minutes on CPU)
+    assert post.method == "mjx"
+    assert post.train_error[1] < 0.5 * post.train_error[0]
