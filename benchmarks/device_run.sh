@@ -53,7 +53,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 } | tee "$OUT/env.txt"
 
 # 1. agreement on the GPU (MJX vs CPU MuJoCo; the Warp tests skip without mujoco_warp)
-timeout 170 python3 -m pytest tests/test_gpu_backends.py -m "slow or not slow" -q -p no:cacheprovider -rs 2>&1 \
+timeout 170 python3 -m pytest tests/test_gpu_backends.py -m "slow or not slow" -p no:cacheprovider -rs 2>&1 \
   | tee "$OUT/tests.txt"
 
 # 2. throughput and refine latency; each row is written to the JSON as soon as it is measured

@@ -37,7 +37,7 @@ def main() -> None:
     p.add_argument("--task", default="block-push")
     p.add_argument("--severity", type=int, default=2)
     p.add_argument("--params", default="block_friction,block_mass")
-    p.add_argument("--method", default="least_squares")
+    p.add_argument("--method", default="cma")
     p.add_argument("--gap-metric", default="kl")
     p.add_argument("--out", default="", help="keep every run here (default: a temporary folder)")
     p.add_argument("--json", default="", help="also write the rows here")

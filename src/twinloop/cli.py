@@ -140,10 +140,7 @@ def _register_extensions() -> None:
     distill_register(app)
 
 
-try:
-    _register_extensions()
-except ImportError:  # pragma: no cover - while those modules are written
-    pass
+_register_extensions()
 
 
 def main() -> None:  # pragma: no cover

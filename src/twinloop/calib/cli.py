@@ -69,6 +69,7 @@ def register(app: typer.Typer) -> None:
         stride: int = typer.Option(0, help="Ticks between window starts (0: the window length)."),
         start_clearance: float = typer.Option(c.start_clearance, help="Start windows only where moving bodies are this far apart (m); 0 anywhere."),
         max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
+        delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
         holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
         particles: int = typer.Option(c.particles, help="Posterior samples to write."),
         lerobot: bool = typer.Option(False, help="Read foreign LeRobot Parquet instead of a twinloop dataset."),
@@ -90,6 +91,7 @@ def register(app: typer.Typer) -> None:
             space = space.subset(names)
         cfg = CalibConfig(method=method, window=window, stride=stride or None,
                           start_clearance=start_clearance or None, max_evals=max_evals,
+                          delay_steps=None if delay_steps < 0 else delay_steps,
                           holdout_fraction=holdout, particles=particles, seed=seed)
         eps, world = load_episodes(t, dataset, lerobot, column_map, fps)
         console.print(f"[bold]twinloop calibrate[/] {t.name}: {len(eps)} episodes, {cfg.method}, "

@@ -737,27 +737,16 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         # a delay may look best at x0 only because x0 is off: fit with half the budget, choose
         # the delay again at that fit, and spend the rest from there
         fn.max_evals = (cfg.max_evals + fn.n_evals) // 2
-        try:
-            fit(fn, x0, space, cfg)
-        except _Budget:
-            pass
-        fn.max_evals = cfg.max_evals
-        fn.enforce = False
+        _spend(fit, fn, x0, space, cfg)
+        fn.max_evals, fn.enforce = cfg.max_evals, False
         x1 = fn.best_x.copy()
-        d = _best_delay(fn, problem, x1, delays)
-        problem.delay = d
+        problem.delay = _best_delay(fn, problem, x1, delays)
         fn.best_f, fn.best_x = np.inf, None  # objectives under another delay do not compare
         fn(np.stack([x0, x1]))
         fn.enforce = True
-        try:
-            fit(fn, fn.best_x.copy(), space, cfg)
-        except _Budget:
-            pass
+        _spend(fit, fn, fn.best_x.copy(), space, cfg)
     else:
-        try:
-            fit(fn, x0, space, cfg)
-        except _Budget:
-            pass  # the best point seen so far stands
+        _spend(fit, fn, x0, space, cfg)
     x = fn.best_x
     n_fit = fn.n_evals
     # the posterior's local fit is simulated outside the fitting budget
@@ -785,6 +774,14 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         log_directions=dirs, log_direction_std=dir_std, n_windows=sum(len(w) for w in problem.windows),
         n_transitions=sum(t.ticks for t in train), seconds=time.perf_counter() - t_start, x0=x0,
     )
+
+
+def _spend(fit, fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) -> None:
+    """Run one method until it stops or the budget runs out (the best point seen stands)."""
+    try:
+        fit(fn, x0, space, cfg)
+    except _Budget:
+        pass
 
 
 def _best_delay(fn: _Counted, problem: WindowProblem, x: np.ndarray, delays: Sequence[int]) -> int:

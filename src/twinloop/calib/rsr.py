@@ -77,7 +77,7 @@ class RSRConfig:
     info_noise: float = 1e-3
     params: tuple[str, ...] | None = None
     particles: int = 4
-    method: str = "least_squares"
+    method: str = "cma"
     window: int = 5
     delay_steps: int | None = None
     max_evals: int = 150

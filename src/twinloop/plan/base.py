@@ -61,6 +61,11 @@ def initial_std(scale: float, low: np.ndarray, high: np.ndarray, n_knots: int) -
     return np.tile(scale * (high - low) / 2.0, (n_knots, 1))
 
 
-def gaussian(state: OptState, rng: np.random.Generator, n: int) -> np.ndarray:
-    """``(n, N, nu)`` draws from ``N(mean, std^2)``."""
-    return state.mean + state.std * rng.standard_normal((n, *state.mean.shape))
+def gaussian(state: OptState, rng: np.random.Generator, n: int, scales: tuple[float, ...] = (1.0,)) -> np.ndarray:
+    """``(n, N, nu)`` draws from ``N(mean, (s * std)^2)``, the n split evenly over the scales ``s``.
+
+    Several scales let one batch both explore (large s) and fine-tune (small s): a single std
+    big enough to find a new contact is far too big to place the last millimetre.
+    """
+    s = np.asarray(scales, dtype=float)[np.arange(n) % len(scales)]
+    return state.mean + s[:, None, None] * state.std * rng.standard_normal((n, *state.mean.shape))

@@ -23,6 +23,7 @@ from twinloop.plan.base import OptState, gaussian, initial_std
 @dataclass(frozen=True)
 class MPPI:
     noise: float = 0.3
+    noise_scales: tuple[float, ...] = (1.0, 0.2)
     temperature: float = 0.1
     prior_weight: float = 0.5
     name: str = "mppi"
@@ -38,7 +39,7 @@ class MPPI:
         return OptState(mean=mean, std=initial_std(self.noise, low, high, len(warm)), low=low, high=high, prior=prior)
 
     def sample(self, state, rng, n):
-        return gaussian(state, rng, n)
+        return gaussian(state, rng, n, self.noise_scales)
 
     def update(self, state, candidates, costs):
         spread = max(float(costs.max() - costs.min()), 1e-12)

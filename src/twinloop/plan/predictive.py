@@ -16,6 +16,7 @@ from twinloop.plan.base import OptState, gaussian, initial_std
 @dataclass(frozen=True)
 class PredictiveSampling:
     noise: float = 0.3
+    noise_scales: tuple[float, ...] = (1.0, 0.2)
     name: str = "predictive"
 
     def __post_init__(self):
@@ -26,7 +27,7 @@ class PredictiveSampling:
         return OptState(mean=warm, std=initial_std(self.noise, low, high, len(warm)), low=low, high=high, prior=prior)
 
     def sample(self, state, rng, n):
-        return gaussian(state, rng, n)
+        return gaussian(state, rng, n, self.noise_scales)
 
     def update(self, state, candidates, costs):
         return state.with_(mean=candidates[int(np.argmin(costs))].copy())

@@ -26,6 +26,10 @@ Precision and known differences from CPU MuJoCo:
   actuators saturate (a target far from the pusher) therefore move differently, and contact
   outcomes that depend on them diverge. With unsaturated actuators the two agree to ~1e-4.
 - Buffer donation is not used: every output has a different shape from every input.
+
+``sensordata[:, :, t]`` for ``t >= 1`` is what step ``t`` computed, i.e. the sensors of state
+``t-1`` (MuJoCo evaluates sensors before integrating), exactly as ``mujoco.rollout`` and so the
+CPU twin record it; ``t = 0`` is the start state after ``forward``.
 """
 
 from __future__ import annotations

@@ -205,9 +205,11 @@ class MujocoTwin:
     def _batch_models(self, models: list[mujoco.MjModel], K: int) -> list[mujoco.MjModel]:
         # compare by identity while holding a reference: an id() alone can be reused by a new
         # list once the old one is freed, which silently simulated stale parameters
-        if getattr(self, "_batch_src", None) is not models or len(self._batch_list) != len(models) * K:
+        src = getattr(self, "_batch_src", None)
+        if (src is None or len(src) != len(models) or len(self._batch_list) != len(models) * K
+                or any(a is not b for a, b in zip(src, models))):
             self._batch_list = [m for m in models for _ in range(K)]
-            self._batch_src = models
+            self._batch_src = list(models)
         return self._batch_list
 
     def _buffer(self, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
