@@ -169,7 +169,7 @@ def test_tiny_distill_loop_on_block_push_writes_rounds_and_aggregates_data(torch
         assert 0 <= lo <= r["success_rate"] <= hi <= 1
     rounds = on_disk["rounds"]
     assert [r["round"] for r in rounds] == [1, 2]
-    assert set(rounds[0]) >= {"round", "base_success", "refined_success", "min_k"}
+    assert set(rounds[0]) >= {"round", "base_success", "refined_success", "min_k", "base_ci", "refined_ci"}
     assert rounds[0]["min_k"] in (4, 8)
     # round 2 trains on round 1's data plus the DAgger episode from the world
     assert rounds[1]["train_episodes"] == rounds[0]["train_episodes"] + 1

@@ -51,13 +51,17 @@ def test_rollout_matches_stepping_by_hand(task, twin):
         np.testing.assert_allclose(r.qpos[0, k], _step_by_hand(task.model, s, u[k]), atol=1e-12)
 
 
-def test_sensordata_at_start_matches_forward(task, twin):
-    s = task.initial_state(np.random.default_rng(2))
-    r = twin.rollout(s, np.zeros((1, 3, task.nu)))
+def test_sensordata_belongs_to_the_state_at_the_same_index(task, twin):
+    rng = np.random.default_rng(2)
+    s = task.initial_state(rng)
+    u = rng.uniform(task.action_low, task.action_high, (2, 30, task.nu))
+    r = twin.rollout(s, u)
     d = mujoco.MjData(task.model)
-    d.qpos[:] = s[: task.model.nq]
-    mujoco.mj_forward(task.model, d)
-    np.testing.assert_allclose(r.sensordata[0, 0, 0], d.sensordata)
+    for t in (0, 1, 17, 30):
+        d.qpos[:] = r.qpos[0, 1, t]
+        d.qvel[:] = r.qvel[0, 1, t]
+        mujoco.mj_forward(task.model, d)
+        np.testing.assert_allclose(r.sensordata[0, 1, t], d.sensordata, atol=1e-12)
 
 
 def test_particles_run_under_their_own_parameters(task, twin):

@@ -1,7 +1,8 @@
 """Model-predictive path integral control (MPPI), prior-guided.
 
 Sampling mean: ``mu = a * prior + (1 - a) * warm`` when a base proposal is given (``a`` =
-``prior_weight``), else the warm start. Candidates ``U_k ~ N(mu, sigma^2)``. Update:
+``prior_weight``), else the warm start. Candidates ``U_k ~ N(mu, (s_k sigma)^2)``, the batch
+split over the noise scales ``s`` (explore and fine-tune in one batch). Update:
 
     w_k = exp(-(J_k - min J) / (lambda * (max J - min J)))  /  sum_j (...)
     mu' = sum_k w_k U_k

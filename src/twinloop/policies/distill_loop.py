@@ -33,6 +33,7 @@ from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import Demo, DistilledPolicy, PolicyConfig
+from twinloop.stats import wilson
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 
@@ -264,11 +265,13 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
             if k == K:
                 results["distilled+refined"] = eps
         base_rate = _rate(results["distilled"])
+        n = len(eval_seeds)
         summary["rounds"].append({
             "round": r, "train_episodes": len(run.demos),
             "train_ticks": int(sum(len(d.actions) for d in run.demos)),
             "train_loss": run.last_loss,
             "base_success": base_rate, "refined_success": sweep[K],
+            "base_ci": list(wilson(round(base_rate * n), n)), "refined_ci": list(wilson(round(sweep[K] * n), n)),
             "min_k": min_k(sweep) if cfg.k_sweep else None,
             # success saturates (at 0 or 1) on hard or easy tasks; the error still tells
             "base_error": _error(results["distilled"]), "refined_error": sweep_err[K],

@@ -27,9 +27,8 @@ Precision and known differences from CPU MuJoCo:
   outcomes that depend on them diverge. With unsaturated actuators the two agree to ~1e-4.
 - Buffer donation is not used: every output has a different shape from every input.
 
-``sensordata[:, :, t]`` for ``t >= 1`` is what step ``t`` computed, i.e. the sensors of state
-``t-1`` (MuJoCo evaluates sensors before integrating), exactly as ``mujoco.rollout`` and so the
-CPU twin record it; ``t = 0`` is the start state after ``forward``.
+``sensordata[:, :, t]`` are the sensors of state ``t`` (as in the CPU twin): step ``t``
+evaluates them before integrating, and the final state gets one more ``forward``.
 """
 
 from __future__ import annotations
@@ -250,8 +249,11 @@ class MjxTwin:
                     d = mjx.step(m, d.replace(ctrl=ut))
                     return d, (d.qpos, d.qvel, d.sensordata)
 
-                q, v, sd = jax.lax.scan(step, d, u)[1]
-                return _prepend(d.qpos, q), _prepend(d.qvel, v), _prepend(d.sensordata, sd)
+                d_end, (q, v, sd) = jax.lax.scan(step, d, u)
+                # step t evaluates the sensors of state t before integrating: states 0..T-1
+                # come from the scan, state T needs one more forward
+                s_end = mjx.forward(m, d_end).sensordata
+                return _prepend(d.qpos, q), _prepend(d.qvel, v), jnp.concatenate([sd, s_end[None]])
 
             return jax.vmap(candidate)(states, ctrl)  # (K, T+1, ...)
 

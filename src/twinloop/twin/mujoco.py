@@ -114,12 +114,6 @@ class MujocoTwin:
         mujoco.mj_getState(m, d, out, _FULL)
         return out
 
-    def _sensors_at(self, model: mujoco.MjModel, full: np.ndarray) -> np.ndarray:
-        d = self._scratch
-        mujoco.mj_setState(model, d, full, _FULL)
-        mujoco.mj_forward(model, d)
-        return d.sensordata.copy()
-
     def rollout(self, state, ctrl, params=None) -> Rollouts:
         """Simulate K control sequences from ``state`` under each parameter particle.
 
@@ -140,19 +134,8 @@ class MujocoTwin:
             raise TwinloopError(f"ctrl must have shape (K, T, {self.nu}), got {np.shape(ctrl)}")
         K, T, _ = u.shape
         models = self.models_for(params)
-        P = len(models)
-        n = P * K
         full0 = np.stack([self.full_state(s, m) for m in models])  # (P, nfull)
-        init = np.repeat(full0, K, axis=0)
-        batch_models = self._batch_models(models, K)
-        u_batch = np.ascontiguousarray(np.broadcast_to(u[None], (P, K, T, self.nu)).reshape(n, T, self.nu))
-        st, sd = self._buffer(n, T)
-        # shapes are validated above, so skip the wrapper's per-model Python checks
-        self._pool.rollout(
-            batch_models, self._datas, init, u_batch, control_spec=_CTRL,
-            skip_checks=True, nstep=T, state=st, sensordata=sd,
-        )
-        return self._package(full0, st, sd, u, P, K, T, models)
+        return self._simulate(np.broadcast_to(full0[:, None], (len(models), K, self._nfull)), u, models)
 
     def rollout_many(self, states, ctrl, params=None, sensors: bool = True) -> Rollouts:
         """Simulate B control sequences, each from its own start state, under each particle.
@@ -164,7 +147,8 @@ class MujocoTwin:
             ctrl: ``(B, T, nu)`` controls per physics step.
             params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
                 list of P models of the same scene.
-            sensors: also fill ``sensordata`` at time 0 (one ``mj_forward`` per row and particle).
+            sensors: also evaluate the sensors of the final state (one extra step's worth of
+                work); without it ``sensordata[:, :, T]`` is NaN.
 
         Returns:
             :class:`Rollouts` with arrays ``(P, B, T+1, ...)`` (``ctrl`` is ``(B, T, nu)``).
@@ -172,35 +156,58 @@ class MujocoTwin:
         s = as_array(states, "states", (None, self.nstate))
         B = s.shape[0]
         u = as_array(ctrl, "ctrl", (B, None, self.nu))
-        T = u.shape[1]
         models = self.models_for(params)
-        P = len(models)
         # the full physics state of a fresh MjData does not depend on parameter values
         full0 = np.stack([self.full_state(row) for row in s])  # (B, nfull)
-        init = np.ascontiguousarray(np.broadcast_to(full0[None], (P, B, self._nfull)).reshape(P * B, -1))
-        u_batch = np.ascontiguousarray(np.broadcast_to(u[None], (P, B, T, self.nu)).reshape(P * B, T, self.nu))
-        st, sd = self._buffer(P * B, T)
-        self._pool.rollout(
-            [mm for mm in models for _ in range(B)], self._datas, init, u_batch, control_spec=_CTRL,
-            skip_checks=True, nstep=T, state=st, sensordata=sd,
-        )
+        return self._simulate(np.broadcast_to(full0[None], (len(models), B, self._nfull)), u, models, sensors)
+
+    def _simulate(self, full0: np.ndarray, u: np.ndarray, models, final_sensors: bool = True) -> Rollouts:
+        """Roll out ``u (B, T, nu)`` from ``full0 (P, B, nfull)`` under ``models`` (P of them)."""
+        P, B, _ = full0.shape
+        T = u.shape[1]
+        n = P * B
+        init = np.ascontiguousarray(full0.reshape(n, self._nfull))
+        u_batch = np.ascontiguousarray(np.broadcast_to(u[None], (P, B, T, self.nu)).reshape(n, T, self.nu))
+        st, sd = self._buffer(n, T)
+        batch_models = self._batch_models(models, B)
+        # shapes are validated by the callers, so skip the wrapper's per-model Python checks
+        self._pool.rollout(batch_models, self._datas, init, u_batch, control_spec=_CTRL,
+                           skip_checks=True, nstep=T, state=st, sensordata=sd)
         m = self.model
-        st = st.reshape(P, B, T, self._nfull)
-        qpos = np.empty((P, B, T + 1, m.nq))
-        qvel = np.empty((P, B, T + 1, m.nv))
-        sens = np.zeros((P, B, T + 1, m.nsensordata))
-        qpos[:, :, 0] = full0[None, :, self._iq : self._iv]
-        qvel[:, :, 0] = full0[None, :, self._iv : self._ia]
-        qpos[:, :, 1:] = st[..., self._iq : self._iv]
-        qvel[:, :, 1:] = st[..., self._iv : self._ia]
-        if m.nsensordata:
-            sens[:, :, 1:] = sd.reshape(P, B, T, m.nsensordata)
-            if sensors:
-                sens[:, :, 0] = [[self._sensors_at(mm, f) for f in full0] for mm in models]
-        ok = np.abs(st[..., -1, 0] - self.dt * T) < 0.5 * self.dt
-        ok &= np.isfinite(st).all(axis=(2, 3))
+        # one contiguous copy with the start state prepended; qpos/qvel are views into it
+        traj = np.empty((P, B, T + 1, self._nfull))
+        traj[:, :, 0] = full0
+        traj[:, :, 1:] = st.reshape(P, B, T, self._nfull)
+        qpos = traj[..., self._iq : self._iv]
+        qvel = traj[..., self._iv : self._ia]
+        # mujoco.rollout stops a diverged trajectory and repeats its last state, so time stops
+        # advancing; that, non-finite values and runaway speed all mark a rollout unstable.
+        # (NaN fails the speed comparison too, so qvel needs no separate finiteness pass.)
+        ok = np.abs(traj[:, :, -1, 0] - self.dt * T) < 0.5 * self.dt
+        ok &= np.isfinite(qpos).all(axis=(2, 3))
         ok &= (np.abs(qvel) <= self.max_speed).all(axis=(2, 3))
+        sens = np.full((P, B, T + 1, m.nsensordata), np.nan)
+        if m.nsensordata:
+            # mj_step evaluates sensors before integrating: the rollout's sensordata[t] belongs
+            # to state t, so states 0..T-1 come from it and state T needs one more evaluation
+            sens[:, :, :T] = sd.reshape(P, B, T, m.nsensordata)
+            if final_sensors:
+                sens[:, :, T] = self._final_sensors(traj[:, :, -1], u_batch[:, -1:], batch_models, ok)
         return Rollouts(qpos=qpos, qvel=qvel, sensordata=sens, ctrl=u, ok=ok, dt=self.dt)
+
+    def _final_sensors(self, final, u_last, batch_models, ok) -> np.ndarray:
+        """Sensors at the final states ``(P, B, nfull)``: one batched step, sensors read before it."""
+        P, B, _ = final.shape
+        init = np.ascontiguousarray(final.reshape(P * B, -1))
+        bad = ~ok.reshape(-1)
+        init[bad] = np.nan_to_num(init[bad], nan=0.0, posinf=0.0, neginf=0.0)
+        st = np.empty((P * B, 1, self._nfull))
+        sd = np.empty((P * B, 1, self.model.nsensordata))
+        self._pool.rollout(batch_models, self._datas, init, np.ascontiguousarray(u_last), control_spec=_CTRL,
+                           skip_checks=True, nstep=1, state=st, sensordata=sd)
+        out = sd[:, 0].reshape(P, B, -1)
+        out[~ok] = np.nan
+        return out
 
     def _batch_models(self, models: list[mujoco.MjModel], K: int) -> list[mujoco.MjModel]:
         # compare by identity while holding a reference: an id() alone can be reused by a new
@@ -222,23 +229,3 @@ class MujocoTwin:
                 np.empty((n, T, self.model.nsensordata)),
             )
         return self._buffers[key]
-
-    def _package(self, full0, st, sd, u, P, K, T, models) -> Rollouts:
-        m = self.model
-        # one contiguous copy with the start state prepended; qpos/qvel are views into it
-        traj = np.empty((P, K, T + 1, self._nfull))
-        traj[:, :, 0] = full0[:, None]
-        traj[:, :, 1:] = st.reshape(P, K, T, self._nfull)
-        sens = np.empty((P, K, T + 1, m.nsensordata))
-        if m.nsensordata:
-            sens[:, :, 0] = np.stack([self._sensors_at(mm, f) for mm, f in zip(models, full0)])[:, None]
-            sens[:, :, 1:] = sd.reshape(P, K, T, m.nsensordata)
-        qpos = traj[..., self._iq : self._iv]
-        qvel = traj[..., self._iv : self._ia]
-        # mujoco.rollout stops a diverged trajectory and repeats its last state, so time stops
-        # advancing; that, non-finite values and runaway speed all mark a rollout unstable.
-        # (NaN fails the speed comparison too, so qvel needs no separate finiteness pass.)
-        ok = np.abs(traj[:, :, -1, 0] - self.dt * T) < 0.5 * self.dt
-        ok &= np.isfinite(qpos).all(axis=(2, 3))
-        ok &= (np.abs(qvel) <= self.max_speed).all(axis=(2, 3))
-        return Rollouts(qpos=qpos, qvel=qvel, sensordata=sens, ctrl=u, ok=ok, dt=self.dt)

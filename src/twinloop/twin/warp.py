@@ -20,8 +20,7 @@ Buffer knobs (MuJoCo-Warp allocates contacts and constraints up front):
 A world that overflows either buffer is flagged not ``ok``; raise the knob if that happens.
 
 Outputs are float32 and agree with CPU MuJoCo to ~1e-6 on the project's scenes. As in the
-CPU twin, ``sensordata[:, :, t]`` (``t >= 1``) holds the sensors step ``t`` computed, those
-of state ``t-1``.
+CPU twin, ``sensordata[:, :, t]`` are the sensors of state ``t``.
 """
 
 from __future__ import annotations
@@ -297,6 +296,11 @@ class WarpTwin:
                 self._launch(prog, P, T)
             qpos, qvel, sens = prog.qpos.numpy(), prog.qvel.numpy(), prog.sens.numpy()
             overflow = prog.data.overflow.numpy().reshape(K, P).T
+            # sens[t + 1] holds what step t evaluated, the sensors of state t; the final state
+            # needs one more forward (world w is candidate w // P, particle w % P)
+            mjw.forward(self._mw, prog.data)
+            final = prog.data.sensordata.numpy().reshape(K, P, -1).transpose(1, 0, 2)
+            sens = np.concatenate([sens[:, :, 1:], final[:, :, None]], axis=2)
         # NaN fails the speed comparison, so qvel needs no separate finiteness pass
         ok = np.isfinite(qpos).all(axis=(2, 3)) & (np.abs(qvel) <= self.max_speed).all(axis=(2, 3))
         ok &= overflow == 0
