@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import mujoco
 import numpy as np
+
+from twinloop.errors import TwinloopError, as_array
 
 
 @dataclass
@@ -62,3 +65,65 @@ class Twin(Protocol):
     nstate: int
 
     def rollout(self, state: np.ndarray, ctrl: np.ndarray, params: np.ndarray | None = None) -> Rollouts: ...
+
+
+def check_models(models, nominal: mujoco.MjModel) -> list[mujoco.MjModel]:
+    """``models`` as a list, each checked to be a model of the same scene as ``nominal``."""
+    sizes = (nominal.nq, nominal.nv, nominal.nu, nominal.na, nominal.nsensordata)
+    for i, m in enumerate(models):
+        if not isinstance(m, mujoco.MjModel) or (m.nq, m.nv, m.nu, m.na, m.nsensordata) != sizes:
+            raise TwinloopError(f"params[{i}] is not a model of the same scene (nq, nv, nu, na, nsensordata differ)")
+    return list(models)
+
+
+class BatchTwin:
+    """The public rollout calls, with their input checks, shared by every backend.
+
+    A backend sets ``nstate`` and ``nu`` and implements ``_run(states (B, nstate), ctrl (B, T, nu),
+    params, sensors) -> Rollouts``; ``states`` from :meth:`rollout` is a stride-0 broadcast of
+    one state, which a backend may exploit.
+    """
+
+    nstate: int
+    nu: int
+
+    def rollout(self, state, ctrl, params=None) -> Rollouts:
+        """Simulate K control sequences from ``state`` under each parameter particle.
+
+        Args:
+            state: ``(nstate,)`` twin state ``[qpos, qvel, act]``.
+            ctrl: ``(K, T, nu)`` controls per physics step (or ``(T, nu)`` for K=1).
+            params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
+                list of P models of the same scene.
+
+        Returns:
+            :class:`Rollouts` with arrays ``(P, K, T+1, ...)``.
+        """
+        s = as_array(state, "state", (self.nstate,))
+        u = as_array(ctrl, "ctrl")
+        if u.ndim == 2:
+            u = u[None]
+        if u.ndim != 3 or u.shape[2] != self.nu:
+            raise TwinloopError(f"ctrl must have shape (K, T, {self.nu}), got {np.shape(ctrl)}")
+        return self._run(np.broadcast_to(s, (u.shape[0], self.nstate)), u, params, True)
+
+    def rollout_many(self, states, ctrl, params=None, sensors: bool = True) -> Rollouts:
+        """Simulate B control sequences, each from its own start state, under each particle.
+
+        The batch form used by calibration and gap metrics (one window or transition per row).
+
+        Args:
+            states: ``(B, nstate)`` twin states, one per row.
+            ctrl: ``(B, T, nu)`` controls per physics step.
+            params: as for :meth:`rollout`.
+            sensors: also evaluate the sensors of the final state (backends may always do).
+
+        Returns:
+            :class:`Rollouts` with arrays ``(P, B, T+1, ...)`` (``ctrl`` is ``(B, T, nu)``).
+        """
+        s = as_array(states, "states", (None, self.nstate))
+        u = as_array(ctrl, "ctrl", (s.shape[0], None, self.nu))
+        return self._run(s, u, params, sensors)
+
+    def _run(self, states: np.ndarray, ctrl: np.ndarray, params, sensors: bool) -> Rollouts:
+        raise NotImplementedError

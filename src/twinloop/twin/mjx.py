@@ -41,13 +41,13 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
-from twinloop.twin.base import Rollouts
+from twinloop.twin.base import BatchTwin, Rollouts, check_models
 from twinloop.twin.mujoco import state_size
 
 
-class MjxTwin:
+class MjxTwin(BatchTwin):
     """Rolls out batches of control sequences in MJX (JAX), on one JAX device.
 
     Args:
@@ -134,7 +134,7 @@ class MjxTwin:
         if params is None:
             models, batched = [self.model], self._space_batched
         elif is_list:
-            models = _check_models(params, self.model)
+            models = check_models(params, self.model)
             batched = tuple(sorted(set(self._space_batched) | set(self._differing(models))))
         else:
             models, batched = self.param_space.models(self.model, p), self._space_batched
@@ -155,43 +155,7 @@ class MjxTwin:
 
     # -- rollout ------------------------------------------------------------------------------
 
-    def rollout(self, state, ctrl, params=None) -> Rollouts:
-        """Simulate K control sequences from ``state`` under each parameter particle.
-
-        Args:
-            state: ``(nstate,)`` twin state ``[qpos, qvel, act]``.
-            ctrl: ``(K, T, nu)`` controls per physics step (or ``(T, nu)`` for K=1).
-            params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
-                list of P models of the same scene.
-
-        Returns:
-            :class:`Rollouts` with float32 arrays ``(P, K, T+1, ...)``.
-        """
-        s = as_array(state, "state", (self.nstate,))
-        u = as_array(ctrl, "ctrl")
-        if u.ndim == 2:
-            u = u[None]
-        if u.ndim != 3 or u.shape[2] != self.nu:
-            raise TwinloopError(f"ctrl must have shape (K, T, {self.nu}), got {np.shape(ctrl)}")
-        return self._run(np.broadcast_to(s, (u.shape[0], self.nstate)), u, params)
-
-    def rollout_many(self, states, ctrl, params=None, sensors: bool = True) -> Rollouts:
-        """Simulate B control sequences, each from its own start state, under each particle.
-
-        Args:
-            states: ``(B, nstate)`` twin states, one per row.
-            ctrl: ``(B, T, nu)`` controls per physics step.
-            params: as for :meth:`rollout`.
-            sensors: accepted for parity with the CPU twin; start sensors are always filled.
-
-        Returns:
-            :class:`Rollouts` with float32 arrays ``(P, B, T+1, ...)``.
-        """
-        s = as_array(states, "states", (None, self.nstate))
-        u = as_array(ctrl, "ctrl", (s.shape[0], None, self.nu))
-        return self._run(s, u, params)
-
-    def _run(self, states: np.ndarray, u: np.ndarray, params) -> Rollouts:
+    def _run(self, states: np.ndarray, u: np.ndarray, params, sensors: bool = True) -> Rollouts:
         self._set_params(params)
         K, T, _ = u.shape
         P = len(self._models)
@@ -279,11 +243,3 @@ def _leaf_name(path) -> str | None:
     if len(path) == 1 and isinstance(path[0], jax.tree_util.GetAttrKey):
         return path[0].name
     return None
-
-
-def _check_models(models, nominal: mujoco.MjModel) -> list[mujoco.MjModel]:
-    sizes = (nominal.nq, nominal.nv, nominal.nu, nominal.na, nominal.nsensordata)
-    for i, m in enumerate(models):
-        if not isinstance(m, mujoco.MjModel) or (m.nq, m.nv, m.nu, m.na, m.nsensordata) != sizes:
-            raise TwinloopError(f"params[{i}] is not a model of the same scene (nq, nv, nu, na, nsensordata differ)")
-    return list(models)

@@ -12,9 +12,9 @@ import mujoco
 import numpy as np
 from mujoco import rollout as mj_rollout
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
-from twinloop.twin.base import Rollouts
+from twinloop.twin.base import BatchTwin, Rollouts, check_models
 
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
 _CTRL = mujoco.mjtState.mjSTATE_CTRL.value
@@ -25,7 +25,7 @@ def state_size(model: mujoco.MjModel) -> int:
     return model.nq + model.nv + model.na
 
 
-class MujocoTwin:
+class MujocoTwin(BatchTwin):
     """Rolls out batches of control sequences in CPU MuJoCo.
 
     Args:
@@ -87,11 +87,7 @@ class MujocoTwin:
         if params is None:
             return [self.model]
         if isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel):
-            for i, m in enumerate(params):
-                if not isinstance(m, mujoco.MjModel) or (m.nq, m.nv, m.nu, m.na, m.nsensordata) != (
-                    self.model.nq, self.model.nv, self.model.nu, self.model.na, self.model.nsensordata):
-                    raise TwinloopError(f"params[{i}] is not a model of the same scene (nq, nv, nu, na, nsensordata differ)")
-            return list(params)
+            return check_models(params, self.model)
         p = self.param_space.check(np.atleast_2d(params), "params")
         key = p.tobytes()
         if key != self._param_key:
@@ -114,52 +110,13 @@ class MujocoTwin:
         mujoco.mj_getState(m, d, out, _FULL)
         return out
 
-    def rollout(self, state, ctrl, params=None) -> Rollouts:
-        """Simulate K control sequences from ``state`` under each parameter particle.
-
-        Args:
-            state: ``(nstate,)`` twin state ``[qpos, qvel, act]``.
-            ctrl: ``(K, T, nu)`` controls per physics step (or ``(T, nu)`` for K=1).
-            params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
-                list of P models of the same scene.
-
-        Returns:
-            :class:`Rollouts` with arrays ``(P, K, T+1, ...)``.
-        """
-        s = as_array(state, "state", (self.nstate,))
-        u = as_array(ctrl, "ctrl")
-        if u.ndim == 2:
-            u = u[None]
-        if u.ndim != 3 or u.shape[2] != self.nu:
-            raise TwinloopError(f"ctrl must have shape (K, T, {self.nu}), got {np.shape(ctrl)}")
-        K, T, _ = u.shape
+    def _run(self, states: np.ndarray, u: np.ndarray, params, sensors: bool = True) -> Rollouts:
         models = self.models_for(params)
-        full0 = np.stack([self.full_state(s, m) for m in models])  # (P, nfull)
-        return self._simulate(np.broadcast_to(full0[:, None], (len(models), K, self._nfull)), u, models)
-
-    def rollout_many(self, states, ctrl, params=None, sensors: bool = True) -> Rollouts:
-        """Simulate B control sequences, each from its own start state, under each particle.
-
-        The batch form used by calibration and gap metrics (one window or transition per row).
-
-        Args:
-            states: ``(B, nstate)`` twin states ``[qpos, qvel, act]``, one per row.
-            ctrl: ``(B, T, nu)`` controls per physics step.
-            params: ``None`` for the nominal model, ``(P, n_params)`` particle values, or a
-                list of P models of the same scene.
-            sensors: also evaluate the sensors of the final state (one extra step's worth of
-                work); without it ``sensordata[:, :, T]`` is NaN.
-
-        Returns:
-            :class:`Rollouts` with arrays ``(P, B, T+1, ...)`` (``ctrl`` is ``(B, T, nu)``).
-        """
-        s = as_array(states, "states", (None, self.nstate))
-        B = s.shape[0]
-        u = as_array(ctrl, "ctrl", (B, None, self.nu))
-        models = self.models_for(params)
-        # the full physics state of a fresh MjData does not depend on parameter values
-        full0 = np.stack([self.full_state(row) for row in s])  # (B, nfull)
-        return self._simulate(np.broadcast_to(full0[None], (len(models), B, self._nfull)), u, models, sensors)
+        # the full physics state of a fresh MjData does not depend on parameter values; a
+        # stride-0 batch is one start state broadcast (rollout), converted once
+        rows = states[:1] if states.strides[0] == 0 else states
+        full0 = np.stack([self.full_state(row) for row in rows])  # (B or 1, nfull)
+        return self._simulate(np.broadcast_to(full0[None], (len(models), len(states), self._nfull)), u, models, sensors)
 
     def _simulate(self, full0: np.ndarray, u: np.ndarray, models, final_sensors: bool = True) -> Rollouts:
         """Roll out ``u (B, T, nu)`` from ``full0 (P, B, nfull)`` under ``models`` (P of them)."""

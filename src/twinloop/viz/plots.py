@@ -33,6 +33,7 @@ from matplotlib.ticker import MaxNLocator
 from twinloop.data.episodes import atomic_write
 from twinloop.errors import TwinloopError
 
+
 def world_label(world) -> str:
     """Short name of a world: a string as is, a ``describe()`` dict as kind + severity."""
     if not isinstance(world, dict):
