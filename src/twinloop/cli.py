@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -24,6 +25,20 @@ def progress_bar() -> Progress:
                     TimeElapsedColumn(), console=console, transient=False)
 
 
+@contextmanager
+def progress_ticks():
+    """A progress display yielding ``tick(label, done, total)``: one bar per label."""
+    with progress_bar() as prog:
+        bars = {}
+
+        def tick(label, done, total):
+            if label not in bars:
+                bars[label] = prog.add_task(label, total=total)
+            prog.update(bars[label], completed=done)
+
+        yield tick
+
+
 def results_table(summary: dict) -> Table:
     from twinloop.viz.plots import world_label
 
@@ -43,14 +58,7 @@ def _run(cfg) -> dict:
 
     console.print(f"[bold]twinloop[/] {cfg.task}: {cfg.proposer} proposer vs + {cfg.optimizer} refinement "
                   f"(K={cfg.num_samples}, {cfg.horizon:g} s horizon, {cfg.backend}) in a {cfg.world} world")
-    with progress_bar() as prog:
-        bars = {}
-
-        def tick(label, done, total):
-            if label not in bars:
-                bars[label] = prog.add_task(label, total=total)
-            prog.update(bars[label], completed=done)
-
+    with progress_ticks() as tick:
         summary = run_comparison(cfg, progress=tick, log=console.print)
     console.print(results_table(summary))
     out = Path(cfg.out)

@@ -29,7 +29,7 @@ def rounds_table(summary: dict):
 
 def register(app: typer.Typer) -> None:
     """Add the ``distill`` command to ``app``."""
-    from twinloop.cli import _guard, console, progress_bar, results_table
+    from twinloop.cli import _guard, console, progress_ticks, results_table
     from twinloop.policies.distill_loop import DistillConfig
 
     d = DistillConfig()
@@ -67,14 +67,7 @@ def register(app: typer.Typer) -> None:
                             seed=seed, out=out)
         console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.num_samples}, "
                       f"{cfg.world} world")
-        with progress_bar() as prog:
-            bars = {}
-
-            def tick(label, done, total):
-                if label not in bars:
-                    bars[label] = prog.add_task(label, total=total)
-                prog.update(bars[label], completed=done)
-
+        with progress_ticks() as tick:
             summary = run_distill(cfg, progress=tick, log=console.print)
         console.print(results_table(summary))
         console.print(rounds_table(summary))
