@@ -65,7 +65,7 @@ class MujocoTwin(BatchTwin):
         self._ia = 1 + model.nq + model.nv
         self._param_key: bytes | None = None
         self._models: list[mujoco.MjModel] = [model]
-        self._buffers: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._buffers: dict[tuple[int, int], np.ndarray] = {}
 
     def close(self) -> None:
         self._pool.close()
@@ -124,17 +124,21 @@ class MujocoTwin(BatchTwin):
         T = u.shape[1]
         n = P * B
         init = np.ascontiguousarray(full0.reshape(n, self._nfull))
-        u_batch = np.ascontiguousarray(np.broadcast_to(u[None], (P, B, T, self.nu)).reshape(n, T, self.nu))
-        st, sd = self._buffer(n, T)
-        batch_models = self._batch_models(models, B)
+        # mj_step evaluates sensors before integrating, so the rollout's sensordata[t] belongs
+        # to state t; one extra step (holding the last control) yields the final state's
+        # sensors in the same call, for 1/T more work. Its state is not part of the result.
+        u_ext = np.concatenate([u, u[:, -1:]], axis=1)
+        u_batch = np.ascontiguousarray(np.broadcast_to(u_ext[None], (P, B, T + 1, self.nu)).reshape(n, T + 1, self.nu))
+        st = self._buffer(n, T + 1)
+        sd = np.empty((n, T + 1, self.model.nsensordata))  # returned as is: fresh every call
         # shapes are validated by the callers, so skip the wrapper's per-model Python checks
-        self._pool.rollout(batch_models, self._datas, init, u_batch, control_spec=_CTRL,
-                           skip_checks=True, nstep=T, state=st, sensordata=sd)
+        self._pool.rollout(self._batch_models(models, B), self._datas, init, u_batch, control_spec=_CTRL,
+                           skip_checks=True, nstep=T + 1, state=st, sensordata=sd)
         m = self.model
         # one contiguous copy with the start state prepended; qpos/qvel are views into it
         traj = np.empty((P, B, T + 1, self._nfull))
         traj[:, :, 0] = full0
-        traj[:, :, 1:] = st.reshape(P, B, T, self._nfull)
+        traj[:, :, 1:] = st.reshape(P, B, T + 1, self._nfull)[:, :, :T]
         qpos = traj[..., self._iq : self._iv]
         qvel = traj[..., self._iv : self._ia]
         # mujoco.rollout stops a diverged trajectory and repeats its last state, so time stops
@@ -143,28 +147,8 @@ class MujocoTwin(BatchTwin):
         ok = np.abs(traj[:, :, -1, 0] - self.dt * T) < 0.5 * self.dt
         ok &= np.isfinite(qpos).all(axis=(2, 3))
         ok &= (np.abs(qvel) <= self.max_speed).all(axis=(2, 3))
-        sens = np.full((P, B, T + 1, m.nsensordata), np.nan)
-        if m.nsensordata:
-            # mj_step evaluates sensors before integrating: the rollout's sensordata[t] belongs
-            # to state t, so states 0..T-1 come from it and state T needs one more evaluation
-            sens[:, :, :T] = sd.reshape(P, B, T, m.nsensordata)
-            if final_sensors:
-                sens[:, :, T] = self._final_sensors(traj[:, :, -1], u_batch[:, -1:], batch_models, ok)
+        sens = sd.reshape(P, B, T + 1, m.nsensordata)
         return Rollouts(qpos=qpos, qvel=qvel, sensordata=sens, ctrl=u, ok=ok, dt=self.dt)
-
-    def _final_sensors(self, final, u_last, batch_models, ok) -> np.ndarray:
-        """Sensors at the final states ``(P, B, nfull)``: one batched step, sensors read before it."""
-        P, B, _ = final.shape
-        init = np.ascontiguousarray(final.reshape(P * B, -1))
-        bad = ~ok.reshape(-1)
-        init[bad] = np.nan_to_num(init[bad], nan=0.0, posinf=0.0, neginf=0.0)
-        st = np.empty((P * B, 1, self._nfull))
-        sd = np.empty((P * B, 1, self.model.nsensordata))
-        self._pool.rollout(batch_models, self._datas, init, np.ascontiguousarray(u_last), control_spec=_CTRL,
-                           skip_checks=True, nstep=1, state=st, sensordata=sd)
-        out = sd[:, 0].reshape(P, B, -1)
-        out[~ok] = np.nan
-        return out
 
     def _batch_models(self, models: list[mujoco.MjModel], K: int) -> list[mujoco.MjModel]:
         # compare by identity while holding a reference: an id() alone can be reused by a new
@@ -176,13 +160,11 @@ class MujocoTwin(BatchTwin):
             self._batch_src = list(models)
         return self._batch_list
 
-    def _buffer(self, n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
+    def _buffer(self, n: int, T: int) -> np.ndarray:
+        """The engine's state output ``(n, T, nfull)``, reused between calls (copied out)."""
         key = (n, T)
         if key not in self._buffers:
             if len(self._buffers) > 8:
                 self._buffers.clear()
-            self._buffers[key] = (
-                np.empty((n, T, self._nfull)),
-                np.empty((n, T, self.model.nsensordata)),
-            )
+            self._buffers[key] = np.empty((n, T, self._nfull))
         return self._buffers[key]
