@@ -187,8 +187,13 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     except ImportError:  # pragma: no cover
         log("plotting unavailable (matplotlib missing)")
     if cfg.video:
-        summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4"))
-        _atomic_json(out / "summary.json", summary)
+        from twinloop.viz.video import RenderingUnavailable
+
+        try:
+            summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4"))
+            _atomic_json(out / "summary.json", summary)
+        except RenderingUnavailable as exc:  # the results are written; only the video is missing
+            log(f"no video: {exc}")
     return summary
 
 
