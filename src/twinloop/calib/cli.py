@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from twinloop.errors import TwinloopError
+from twinloop.io import write_json
 
 
 def _names(text: str) -> tuple[str, ...] | None:
@@ -40,13 +41,6 @@ def load_episodes(task, dataset: str, lerobot: bool, column_map: str, fps: float
         eps = ds.episodes()
         world = ds.info.get("twinloop", {}).get("world", {"world": "dataset", "source": str(dataset)})
     return eps, world
-
-
-def write_json(path: Path, obj) -> Path:
-    from twinloop.calib.rsr import _atomic_json
-
-    _atomic_json(path, obj)
-    return path
 
 
 def register(app: typer.Typer) -> None:
@@ -105,8 +99,8 @@ def register(app: typer.Typer) -> None:
         o = Path(out)
         summary = {"task": t.name, "world": world, "seed": seed, "episodes": len(eps), "results": [],
                    "calibration": post.to_dict(), "config": cfg.__dict__, "dataset": str(dataset)}
-        write_json(o / "posterior.json", post.to_dict())
-        write_json(o / "summary.json", summary)
+        write_json(o / "posterior.json", post.to_dict(), allow_nan=False)
+        write_json(o / "summary.json", summary, allow_nan=False)
         console.print(f"wrote {o / 'summary.json'}, {o / 'posterior.json'}")
 
     @app.command()

@@ -33,6 +33,7 @@ from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import GapConfig, gap
 from twinloop.calib.infogap import infogap_cost
 from twinloop.errors import TwinloopError, choose
+from twinloop.io import write_json
 
 STATE_FILE = "rsr_state.json"
 
@@ -116,21 +117,6 @@ class RSRResult:
     @property
     def iterations(self) -> list[dict]:
         return self.summary["iterations"]
-
-
-def _atomic_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=_plain))
-    os.replace(tmp, path)
-
-
-def _plain(x):
-    if isinstance(x, (np.floating, np.integer, np.bool_)):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"{type(x).__name__} is not JSON serializable")
 
 
 def _finite(x) -> float | None:
@@ -270,7 +256,7 @@ class RSRLoop:
             rec = self._evaluate(0, self.space.nominal, None, progress)
             state["iterations"].append(rec)
             state["completed"] = 0
-            _atomic_json(self.out / STATE_FILE, state)
+            write_json(self.out / STATE_FILE, state, allow_nan=False)
         for it in range(state["completed"] + 1, cfg.iterations + 1):
             if log:
                 log(f"iteration {it}/{cfg.iterations}: collecting {cfg.episodes} episodes (beta={cfg.beta:g})")
@@ -292,7 +278,7 @@ class RSRLoop:
             state["iterations"].append(rec)
             state["posterior"] = post.to_dict()
             state["completed"] = it
-            _atomic_json(self.out / STATE_FILE, state)  # the resume point
+            write_json(self.out / STATE_FILE, state, allow_nan=False)  # the resume point
             if log:
                 log(f"iteration {it}: gap {rec['gap']:.4g} {rec['gap_ci']}, param error "
                     f"{rec['param_error'] if rec['param_error'] is not None else 'n/a'}, success {rec['success_rate']:.0%}")
@@ -316,7 +302,7 @@ class RSRLoop:
             "wall_time_s": seconds,
         }
         paths = {"summary": self.out / "summary.json"}
-        _atomic_json(paths["summary"], summary)
+        write_json(paths["summary"], summary, allow_nan=False)
         try:
             paths["plot"] = plot_iterations(summary["iterations"], self.out / "rsr.png")
         except ImportError:  # pragma: no cover - matplotlib is a core dependency

@@ -44,10 +44,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 from pathlib import Path
@@ -57,6 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from twinloop.errors import TwinloopError, as_array
+from twinloop.io import atomic_write
 
 OBS, ACTION, TIMESTAMP = "observation.state", "action", "timestamp"
 FRAME, EPISODE, INDEX, TASK = "frame_index", "episode_index", "index", "task_index"
@@ -83,31 +82,6 @@ FIELDS = ("obs", "action", "timestamp", "episode_index", "task_index", "qpos", "
           "world_qpos", "world_qvel", "cost", "reward", "success")
 
 
-# -- atomic files ------------------------------------------------------------------------------
-
-
-@contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path beside ``path`` (same suffix); on success rename it onto ``path``.
-
-    On any exception the temp file is removed and ``path`` is untouched.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _json_default(x):

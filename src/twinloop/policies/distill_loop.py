@@ -19,9 +19,6 @@ Writes to ``cfg.out``: ``summary.json`` (shared schema + ``rounds``), ``policy_r
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -31,6 +28,7 @@ import numpy as np
 
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
+from twinloop.io import write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import Demo, DistilledPolicy, PolicyConfig
 from twinloop.stats import wilson
@@ -150,18 +148,6 @@ class _Recording:
 
     def demo(self, success: bool) -> Demo:
         return Demo(np.stack(self._obs), np.stack(self._act), bool(success))
-
-
-def _atomic_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def min_k(success: dict[int, float], tolerance: float = MIN_K_TOLERANCE) -> int | None:
@@ -306,7 +292,7 @@ def _write(summary: dict, results: dict, out: Path, t_start: float) -> dict:
     summary["per_episode"] = {n: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
                                    "ticks": e.ticks} for e in results[n]] for n in order}
     summary["wall_time_s"] = time.perf_counter() - t_start
-    _atomic_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary)
     return summary
 
 

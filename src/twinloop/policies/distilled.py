@@ -25,7 +25,6 @@ torch is the optional ``[learn]`` extra; this module imports without it and rais
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array
+from twinloop.io import atomic_write
 from twinloop.tasks.base import Task
 
 FORMAT_VERSION = 1
@@ -314,14 +314,8 @@ class DistilledPolicy:
             "noise_chol": torch.as_tensor(self.noise_chol),
             "state_dict": self.net.state_dict(),
         }
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_write(path) as tmp:
             torch.save(blob, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         return path
 
     @classmethod

@@ -10,8 +10,6 @@ Writes to ``cfg.out``::
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,6 +19,7 @@ import numpy as np
 
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
+from twinloop.io import write_json
 from twinloop.plan import make_optimizer
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
@@ -131,12 +130,6 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     return f
 
 
-def _atomic_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
-
-
 def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print) -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
@@ -179,7 +172,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "per_episode": {k: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
                              "ticks": e.ticks} for e in v] for k, v in all_eps.items()},
     }
-    _atomic_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary)
     try:
         from twinloop.viz.plots import plot_comparison
 
@@ -191,7 +184,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
 
         try:
             summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4"))
-            _atomic_json(out / "summary.json", summary)
+            write_json(out / "summary.json", summary)
         except RenderingUnavailable as exc:  # the results are written; only the video is missing
             log(f"no video: {exc}")
     return summary

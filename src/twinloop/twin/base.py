@@ -86,6 +86,35 @@ class BatchTwin:
 
     nstate: int
     nu: int
+    model: mujoco.MjModel
+    param_space: object
+
+    def models_for(self, params) -> list[mujoco.MjModel]:
+        """One CPU model per parameter particle; the same list object while ``params`` is unchanged.
+
+        ``params`` is ``None`` (nominal), ``(P, n)`` values of the param space, or a list of
+        ``MjModel`` of the same scene (e.g. built by hand for domain randomization).
+        """
+        is_list = isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel)
+        if params is None:
+            key = None
+        elif is_list:
+            key = ("models", tuple(id(m) for m in params))
+        else:
+            p = self.param_space.check(np.atleast_2d(params), "params")
+            key = (p.shape, p.tobytes())
+        cached = getattr(self, "_particles", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if params is None:
+            models = [self.model]
+        elif is_list:
+            models = check_models(params, self.model)
+        else:
+            models = self.param_space.models(self.model, p)
+        # the cache holds the models, so the ids in a list key stay unique while it does
+        self._particles = (key, models)
+        return models
 
     def rollout(self, state, ctrl, params=None) -> Rollouts:
         """Simulate K control sequences from ``state`` under each parameter particle.

@@ -43,7 +43,7 @@ from mujoco import mjx
 
 from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
-from twinloop.twin.base import BatchTwin, Rollouts, check_models
+from twinloop.twin.base import BatchTwin, Rollouts
 from twinloop.twin.mujoco import state_size
 
 
@@ -78,7 +78,6 @@ class MjxTwin(BatchTwin):
         self._space_batched = self._differing(probes)
         self._data0 = mjx.make_data(self._put(model), device=self.device, impl="jax")
         self._dtype = np.dtype(self._data0.qpos.dtype)
-        self._key: object = None
         self._models: list[mujoco.MjModel] = [model]
         self._batched: tuple[int, ...] = ()
         self._stacked: tuple[jax.Array, ...] | None = None
@@ -111,33 +110,14 @@ class MjxTwin(BatchTwin):
             changed |= {i for i, (a, b) in enumerate(zip(self._leaves, flat, strict=True)) if not np.array_equal(a, b)}
         return tuple(sorted(changed))
 
-    def models_for(self, params) -> list[mujoco.MjModel]:
-        """One CPU model per parameter particle (cached while ``params`` is unchanged).
-
-        ``params`` is ``None`` (nominal), ``(P, n)`` values of the param space, or a list of
-        ``MjModel`` of the same scene.
-        """
-        self._set_params(params)
-        return self._models
-
     def _set_params(self, params) -> None:
-        is_list = isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel)
-        if params is None:
-            key = None
-        elif is_list:
-            key = tuple(id(m) for m in params)
-        else:
-            p = self.param_space.check(np.atleast_2d(params), "params")
-            key = (p.shape, p.tobytes())
-        if key == self._key and self._stacked is not None:
+        models = self.models_for(params)
+        if models is self._models and self._stacked is not None:
             return
-        if params is None:
-            models, batched = [self.model], self._space_batched
-        elif is_list:
-            models = check_models(params, self.model)
+        is_list = isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel)
+        batched = self._space_batched
+        if is_list:
             batched = tuple(sorted(set(self._space_batched) | set(self._differing(models))))
-        else:
-            models, batched = self.param_space.models(self.model, p), self._space_batched
         rows: list[list[np.ndarray]] = [[] for _ in batched]
         for m in models:
             converted = None
@@ -150,8 +130,7 @@ class MjxTwin(BatchTwin):
                     v = converted[i]
                 rows[j].append(np.asarray(v, dtype=ref.dtype).reshape(ref.shape))
         self._stacked = tuple(jax.device_put(np.stack(r), self.device) for r in rows)
-        # self._models holds the models, so the ids in a list key stay unique while cached
-        self._models, self._batched, self._key = models, batched, key
+        self._models, self._batched = models, batched
 
     # -- rollout ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from mujoco import rollout as mj_rollout
 
 from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
-from twinloop.twin.base import BatchTwin, Rollouts, check_models
+from twinloop.twin.base import BatchTwin, Rollouts
 
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
 _CTRL = mujoco.mjtState.mjSTATE_CTRL.value
@@ -63,8 +63,6 @@ class MujocoTwin(BatchTwin):
         self._iq = 1
         self._iv = 1 + model.nq
         self._ia = 1 + model.nq + model.nv
-        self._param_key: bytes | None = None
-        self._models: list[mujoco.MjModel] = [model]
         self._buffers: dict[tuple[int, int], np.ndarray] = {}
 
     def close(self) -> None:
@@ -77,23 +75,6 @@ class MujocoTwin(BatchTwin):
             pass
 
     # -- parameters --------------------------------------------------------------------------
-
-    def models_for(self, params) -> list[mujoco.MjModel]:
-        """One model per parameter particle (cached while ``params`` is unchanged).
-
-        ``params`` is ``None`` (nominal), ``(P, n)`` values of the param space, or a list of
-        ``MjModel`` of the same scene (e.g. built by hand for domain randomization).
-        """
-        if params is None:
-            return [self.model]
-        if isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel):
-            return check_models(params, self.model)
-        p = self.param_space.check(np.atleast_2d(params), "params")
-        key = p.tobytes()
-        if key != self._param_key:
-            self._models = self.param_space.models(self.model, p)
-            self._param_key = key
-        return self._models
 
     # -- rollout ------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ import warp as wp
 
 from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
-from twinloop.twin.base import BatchTwin, Rollouts, check_models
+from twinloop.twin.base import BatchTwin, Rollouts
 from twinloop.twin.mujoco import state_size
 
 
@@ -136,7 +136,6 @@ class WarpTwin(BatchTwin):
             ps = self.param_space
             probes = ps.models(model, np.stack([ps.low, ps.high, ps.nominal])) if len(ps) else []
             self._space_batched = self._differing(probes)
-        self._key: object = None
         self._models: list[mujoco.MjModel] = [model]
         self._batched: tuple[str, ...] = ()
         self._values: dict[str, np.ndarray] | None = None
@@ -182,34 +181,15 @@ class WarpTwin(BatchTwin):
             self._direct[n] = self._direct.get(n, True) and direct
         return tuple(sorted(names))
 
-    def models_for(self, params) -> list[mujoco.MjModel]:
-        """One CPU model per parameter particle (cached while ``params`` is unchanged).
-
-        ``params`` is ``None`` (nominal), ``(P, n)`` values of the param space, or a list of
-        ``MjModel`` of the same scene.
-        """
-        self._set_params(params)
-        return self._models
-
     def _set_params(self, params) -> None:
-        is_list = isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel)
-        if params is None:
-            key = None
-        elif is_list:
-            key = tuple(id(m) for m in params)
-        else:
-            p = self.param_space.check(np.atleast_2d(params), "params")
-            key = (p.shape, p.tobytes())
-        if key == self._key and self._values is not None:
+        models = self.models_for(params)
+        if models is self._models and self._values is not None:
             return
-        if params is None:
-            models, batched = [self.model], self._space_batched
-        elif is_list:
-            models = check_models(params, self.model)
+        is_list = isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel)
+        batched = self._space_batched
+        if is_list:
             with wp.ScopedDevice(self.device):
                 batched = tuple(sorted(set(self._space_batched) | set(self._differing(models))))
-        else:
-            models, batched = self.param_space.models(self.model, p), self._space_batched
         values: dict[str, list[np.ndarray]] = {n: [] for n in batched}
         for m in models:
             converted = None
@@ -221,9 +201,8 @@ class WarpTwin(BatchTwin):
                     with wp.ScopedDevice(self.device):
                         converted = mjw.put_model(m)
                 values[n].append(getattr(converted, n).numpy()[0])
-        # self._models holds the models, so the ids in a list key stay unique while cached
         self._values = {n: np.stack(v) for n, v in values.items()}
-        self._models, self._batched, self._key = models, batched, key
+        self._models, self._batched = models, batched
         arrays = self._fields.get((len(models), batched))
         for n, a in (arrays or {}).items():
             a.assign(self._values[n])  # in place: captured graphs stay valid
