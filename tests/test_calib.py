@@ -177,7 +177,7 @@ def test_constant_push_is_flagged_not_identifiable(task, space):
 
 
 def test_fit_stays_within_its_simulation_budget(task, space, excited):
-    post = calibrate(task, excited, space, "cma", config=CalibConfig(max_evals=30))
+    post = calibrate(task, excited, space, "cma", config=CalibConfig(max_evals=30, errors_in_variables=False))
     assert 2 <= post.n_evals <= 30
     assert post.sim_steps == post.n_evals * post.n_windows * 5 * task.substeps
 
@@ -214,7 +214,7 @@ def test_actuation_delay_is_estimated(task, space):
 def test_posterior_survives_a_json_round_trip(task, space, excited):
     import json
 
-    post = calibrate(task, excited, space, config=CalibConfig(max_evals=30))
+    post = calibrate(task, excited, space, config=CalibConfig(max_evals=60))
     back = Posterior.from_dict(json.loads(json.dumps(post.to_dict())))
     np.testing.assert_array_equal(back.covariance, post.covariance)
     assert back.report() == post.report()
@@ -271,3 +271,43 @@ def test_mjx_forward_mode_jacobian_fits_like_least_squares(task, space):
     post = calibrate(task, eps, space, "mjx", config=CalibConfig(max_evals=40))  # compiles MJX (minutes on CPU)
     assert post.method == "mjx"
     assert post.train_error[1] < 0.5 * post.train_error[0]
+
+
+# -- errors in variables -----------------------------------------------------------------------
+
+
+def _noisy_windows(task, space, excited, copies, seed=0):
+    """The excited data's windows, ``copies`` times, each with fresh unit noise (in error units)
+    on the compared components of its start and of every target."""
+    from twinloop.calib.fit import WindowProblem, _windows
+    from twinloop.calib.windows import Windows
+
+    cfg = CalibConfig()
+    error = StateError.for_task(task, excited)
+    (w, *_) = _windows(task, excited, cfg)
+    rng = np.random.default_rng(seed)
+    rep = lambda a: np.concatenate([a] * copies)  # noqa: E731
+    starts, targets = rep(w.starts), rep(w.targets)
+    starts = starts + rng.standard_normal(starts.shape) * error.scale * error.mask
+    targets = targets + rng.standard_normal(targets.shape) * error.scale * error.mask
+    noisy = Windows(starts, rep(w.actions), targets, rep(w.episode), rep(w.before))
+    return WindowProblem(task, make_twin("mujoco", task.model, space), [noisy], error)
+
+
+def test_whitening_gives_unit_variance_residuals_when_starts_are_noisy(task, space, excited):
+    problem = _noisy_windows(task, space, excited, copies=8)
+    raw = problem.residuals(TRUTH[None])[0]
+    assert raw.var() > 1.3  # the start's noise, propagated, adds to the targets' own
+    cost = problem.account_for_start_noise(TRUTH)
+    assert cost == 2 * problem.error.size
+    white = problem.residuals(TRUTH[None])[0]
+    assert white.shape == raw.shape
+    assert 0.85 < white.var() < 1.15
+    np.testing.assert_array_equal(problem.residuals(TRUTH[None], whiten=False)[0], raw)
+
+
+def test_errors_in_variables_needs_budget_for_the_start_sensitivity(task, space, excited):
+    with pytest.raises(TwinloopError, match="errors in variables"):
+        calibrate(task, excited, space, config=CalibConfig(max_evals=30))
+    post = calibrate(task, excited, space, config=CalibConfig(max_evals=30, errors_in_variables=False))
+    assert post.n_evals <= 30

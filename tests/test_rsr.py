@@ -10,7 +10,7 @@ import pytest
 from twinloop.calib import RSRConfig, RSRLoop, run_rsr
 from twinloop.errors import TwinloopError
 
-TINY = RSRConfig(iterations=2, episodes=1, eval_episodes=1, max_ticks=8, max_evals=20, num_samples=8,
+TINY = RSRConfig(iterations=2, episodes=1, eval_episodes=1, max_ticks=8, max_evals=20, errors_in_variables=False, num_samples=8,
                  particles=2, horizon=0.3, params=("block_friction", "block_mass"), beta=0.05)
 COMPARED = ("iteration", "gap", "gap_ci", "param_error", "success_rate", "estimate")
 
@@ -83,12 +83,12 @@ def test_cli_runs_rsr_and_calibrates_its_episodes(tmp_path):
     runner = CliRunner()
     out = tmp_path / "rsr"
     res = runner.invoke(app, ["rsr", "--iterations", "1", "--episodes", "1", "--eval-episodes", "1",
-                              "--max-ticks", "8", "--max-evals", "15", "-k", "8", "--particles", "2",
+                              "--max-ticks", "8", "--max-evals", "15", "--no-errors-in-variables", "-k", "8", "--particles", "2",
                               "--horizon", "0.3", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert json.loads((out / "summary.json").read_text())["iterations"][-1]["iteration"] == 1
     res = runner.invoke(app, ["calibrate", str(out / "episodes" / "collect_01"), "--params",
-                              "block_friction,block_mass", "--max-evals", "15", "--holdout", "0",
+                              "block_friction,block_mass", "--max-evals", "60", "--holdout", "0",
                               "--out", str(tmp_path / "cal")])
     assert res.exit_code == 0, res.output
     cal = json.loads((tmp_path / "cal" / "summary.json").read_text())

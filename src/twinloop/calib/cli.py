@@ -63,6 +63,7 @@ def register(app: typer.Typer) -> None:
         stride: int = typer.Option(0, help="Ticks between window starts (0: the window length)."),
         start_clearance: float = typer.Option(c.start_clearance, help="Start windows only where moving bodies are this far apart (m); 0 anywhere."),
         max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
+        errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out)."),
         delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
         holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
         particles: int = typer.Option(c.particles, help="Posterior samples to write."),
@@ -85,6 +86,7 @@ def register(app: typer.Typer) -> None:
             space = space.subset(names)
         cfg = CalibConfig(method=method, window=window, stride=stride or None,
                           start_clearance=start_clearance or None, max_evals=max_evals,
+                          errors_in_variables=errors_in_variables,
                           delay_steps=None if delay_steps < 0 else delay_steps,
                           holdout_fraction=holdout, particles=particles, seed=seed)
         eps, world = load_episodes(t, dataset, lerobot, column_map, fps)
@@ -119,6 +121,7 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option(r.method, help="least_squares | cma | mjx"),
         window: int = typer.Option(r.window, help="Calibration window (ticks)."),
         max_evals: int = typer.Option(r.max_evals, help="Calibration budget per iteration."),
+        errors_in_variables: bool = typer.Option(r.errors_in_variables, help="Calibration treats window starts as noisy observations."),
         gap_metric: str = typer.Option(r.gap_metric, help="kl | mmd | swd"),
         proposer: str = typer.Option(r.proposer, help="scripted | none"),
         optimizer: str = typer.Option(r.optimizer, help="mppi | cem | predictive | best_of_n"),
@@ -133,7 +136,7 @@ def register(app: typer.Typer) -> None:
         cfg = RSRConfig(task=task, severity=severity, world_seed=world_seed, iterations=iterations,
                         episodes=episodes, eval_episodes=eval_episodes, max_ticks=max_ticks or None, beta=beta,
                         params=_names(params), particles=particles, method=method, window=window,
-                        max_evals=max_evals, gap_metric=gap_metric, proposer=proposer, optimizer=optimizer,
+                        max_evals=max_evals, errors_in_variables=errors_in_variables, gap_metric=gap_metric, proposer=proposer, optimizer=optimizer,
                         num_samples=num_samples, horizon=horizon, seed=seed)
         loop = RSRLoop(cfg, out)
         state = Path(out) / "rsr_state.json"

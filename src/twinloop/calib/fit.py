@@ -73,6 +73,9 @@ class CalibConfig:
         angle_scale: error unit of angles (rad); loose because a point push makes yaw chaotic.
         vel_scale: error unit of velocities (m/s; rad/s scaled like angles).
         use_velocity: compare velocities too (they carry most of the friction signal).
+        errors_in_variables: treat each window's recorded start state as a noisy observation
+            (with the noise the error units imply) and profile its noise out, see
+            :meth:`WindowProblem.account_for_start_noise`; False trusts the starts exactly.
         delay_steps: actuation delay (physics steps) the replay applies to the recorded
             actions; ``None`` picks the best of ``0..max_delay_steps`` at the starting point.
         max_delay_steps: largest delay tried when ``delay_steps`` is ``None``.
@@ -101,6 +104,7 @@ class CalibConfig:
     angle_scale: float = 5e-2
     vel_scale: float = 2e-2
     use_velocity: bool = True
+    errors_in_variables: bool = True
     delay_steps: int | None = 0
     max_delay_steps: int = 10
     max_evals: int = 400
@@ -301,17 +305,78 @@ class WindowProblem:
         self.substeps = task.substeps
         self.size = sum(len(w) * w.length * error.size for w in self.windows)
         self.steps_per_eval = sum(len(w) * w.length * self.substeps for w in self.windows)
+        self.whiten: list[np.ndarray] | None = None  # per group (B, m_w, m_w): inverse Cholesky factors
 
-    def residuals(self, params: np.ndarray) -> np.ndarray:
+    def _raw(self, w: Windows, params: np.ndarray) -> np.ndarray:
+        """``(P, B, L * k)`` unwhitened residuals of one window group."""
+        pred, ok = window_rollout_states(self.twin, w, self.substeps, params, self.delay)
+        r = self.error(pred, w.targets[None])  # (P, B, L, k)
+        r = np.where(ok[:, :, None, None] & np.isfinite(r), r, _BAD)
+        return r.reshape(*r.shape[:2], -1)
+
+    def residuals(self, params: np.ndarray, whiten: bool = True) -> np.ndarray:
         """``(P, n)`` parameter vectors -> ``(P, m)`` residuals (unstable windows get a large
-        finite value so that an optimizer backs off rather than crashing)."""
-        out = []
+        finite value so that an optimizer backs off rather than crashing); whitened for the
+        start-state noise once :meth:`account_for_start_noise` has run (unless ``whiten`` is
+        False: the plain weighted state errors)."""
+        r = np.concatenate([self._raw(w, params).reshape(len(params), -1) for w in self.windows], axis=1)
+        return self.whitened(r) if whiten else r
+
+    def whitened(self, r: np.ndarray) -> np.ndarray:
+        """``(..., m)`` residual-ordered rows -> the same rows whitened (identity before
+        :meth:`account_for_start_noise`)."""
+        if self.whiten is None:
+            return r
+        out, start = [], 0
+        for Linv in self.whiten:
+            B, mw = Linv.shape[:2]
+            blk = r[..., start : start + B * mw].reshape(*r.shape[:-1], B, mw)
+            out.append(np.einsum("bij,...bj->...bi", Linv, blk).reshape(*r.shape[:-1], B * mw))
+            start += B * mw
+        return np.concatenate(out, axis=-1)
+
+    @property
+    def start_noise_cost(self) -> int:
+        """Parameter-vector equivalents :meth:`account_for_start_noise` simulates (``2k``
+        window replays per window, ``k`` compared state components)."""
+        return 2 * self.error.size
+
+    def account_for_start_noise(self, x: np.ndarray, step: float = 1.0) -> int:
+        """Errors in variables: treat each window's recorded start as a noisy observation.
+
+        A window restarts from a *measured* state, so its residuals carry the start's noise,
+        propagated through the dynamics: ``r = r_true + A e`` with ``e`` the start's noise in
+        error units (the same units, hence the same noise model, as every other observation)
+        and ``A`` the window's sensitivity to its start. Left alone, that term biases the fit
+        (a parameter is bent to explain a bad start) and makes the intervals too narrow.
+        Profiling ``e`` out (``min_e |r + A e|^2 + |e|^2``) leaves the whitened residual
+        ``L^-1 r`` with ``L L' = I + A A'``, the residual's covariance: generalized least
+        squares. ``A`` comes from central differences of ``step`` error units at ``x`` and is
+        then held fixed (it barely depends on the parameters).
+
+        Returns:
+            The parameter-vector equivalents simulated (for the budget).
+        """
+        comps = np.flatnonzero(self.error.mask)
+        k = len(comps)
+        whiten = []
+        p = np.asarray(x, dtype=float)[None]
         for w in self.windows:
-            pred, ok = window_rollout_states(self.twin, w, self.substeps, params, self.delay)
-            r = self.error(pred, w.targets[None])  # (P, B, L, k)
-            r = np.where(ok[:, :, None, None] & np.isfinite(r), r, _BAD)
-            out.append(r.reshape(len(r), -1))
-        return np.concatenate(out, axis=1)
+            B = len(w)
+            # 2k perturbed copies of every start: ((2k) * B, nstate)
+            d = np.zeros((2 * k, w.starts.shape[1]))
+            d[np.arange(k), comps] = step * self.error.scale[comps]
+            d[k + np.arange(k), comps] = -step * self.error.scale[comps]
+            starts = (w.starts[None] + d[:, None]).reshape(2 * k * B, -1)
+            rep = Windows(starts, np.tile(w.actions, (2 * k, 1, 1)), np.tile(w.targets, (2 * k, 1, 1)),
+                          np.tile(w.episode, 2 * k), None if w.before is None else np.tile(w.before, (2 * k, 1)))
+            r = self._raw(rep, p)[0].reshape(2 * k, B, -1)
+            A = ((r[:k] - r[k:]) / (2 * step)).transpose(1, 2, 0)  # (B, m_w, k)
+            A = np.where(np.abs(A) < _BAD / (4 * step), A, 0.0)  # an unstable copy says nothing
+            S = np.eye(A.shape[1]) + A @ A.transpose(0, 2, 1)
+            whiten.append(np.linalg.inv(np.linalg.cholesky(S)))
+        self.whiten = whiten
+        return self.start_noise_cost
 
     def window_blocks(self) -> np.ndarray:
         """``(m,)`` window id of each residual entry (for cluster-robust covariance)."""
@@ -414,10 +479,13 @@ def _fit_mjx(fn: _Counted, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) 
     def residual(x):
         return fn(x.T).T
 
+    def jacobian(x, r):  # MJX differentiates the plain errors; whiten like the residual
+        return fn.problem.whitened(jac(x[:, 0]).T).T
+
     x, f_prev = x0.copy(), np.inf
     while fn.best_f < f_prev * (1 - 1e-6):
         f_prev = fn.best_f
-        minimize.least_squares(x, residual, bounds=[space.low, space.high], jacobian=lambda x, r: jac(x[:, 0]),
+        minimize.least_squares(x, residual, bounds=[space.low, space.high], jacobian=jacobian,
                                max_iter=cfg.max_iter, verbose=0, x_scale=space.prior_std, mu_factor=4.0)
         x = fn.best_x.copy()
 
@@ -728,31 +796,41 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
     problem = WindowProblem(task, twin, _windows(task, train, cfg), error, cfg.delay_steps or 0)
     fn = _Counted(problem, space, cfg.max_evals, progress)
-    if cfg.delay_steps is None:
-        delays = list(range(0, min(cfg.max_delay_steps, cfg.window * task.substeps - 1) + 1))
-        problem.delay = _best_delay(fn, problem, x0, delays)
-    r0 = fn(x0[None])[0]
     fit = _METHODS[cfg.method]
+    delays = list(range(0, min(cfg.max_delay_steps, cfg.window * task.substeps - 1) + 1))
     if cfg.delay_steps is None:
-        # a delay may look best at x0 only because x0 is off: fit with half the budget, choose
-        # the delay again at that fit, and spend the rest from there
+        problem.delay = _best_delay(fn, problem, x0, delays)
+    if cfg.errors_in_variables:
+        if fn.n_evals + 2 * problem.start_noise_cost > cfg.max_evals:
+            raise TwinloopError(
+                f"max_evals={cfg.max_evals} is too small for errors in variables: measuring how each window "
+                f"responds to its start costs {problem.start_noise_cost} evaluations; raise max_evals to at least "
+                f"{fn.n_evals + 2 * problem.start_noise_cost} or set errors_in_variables=False"
+            )
+        fn.n_evals += problem.account_for_start_noise(x0)
+    if cfg.delay_steps is None or cfg.errors_in_variables:
+        # the delay and the start-noise sensitivity are judged at x0, which may be off: fit with
+        # half the budget, judge them again at that fit, and spend the rest from there
         fn.max_evals = (cfg.max_evals + fn.n_evals) // 2
         _spend(fit, fn, x0, space, cfg)
         fn.max_evals, fn.enforce = cfg.max_evals, False
-        x1 = fn.best_x.copy()
-        problem.delay = _best_delay(fn, problem, x1, delays)
-        fn.best_f, fn.best_x = np.inf, None  # objectives under another delay do not compare
+        x1 = fn.best_x.copy() if fn.best_x is not None else x0.copy()
+        if cfg.delay_steps is None:
+            problem.delay = _best_delay(fn, problem, x1, delays)
+        if cfg.errors_in_variables and fn.n_evals + problem.start_noise_cost < cfg.max_evals:
+            fn.n_evals += problem.account_for_start_noise(x1)
+        fn.best_f, fn.best_x = np.inf, None  # objectives under another delay / whitening do not compare
         fn(np.stack([x0, x1]))
         fn.enforce = True
         _spend(fit, fn, fn.best_x.copy(), space, cfg)
     else:
+        fn(x0[None])  # the starting point is always a candidate
         _spend(fit, fn, x0, space, cfg)
     x = fn.best_x
     n_fit = fn.n_evals
     # the posterior's local fit is simulated outside the fitting budget
     fn.enforce = False
-    if cfg.delay_steps is None:
-        r0 = fn(x0[None])[0]  # the starting error under the delay finally chosen
+    r0, r_fit = problem.residuals(np.stack([x0, x]), whiten=False)  # plain state errors, before/after
     H, G, rough, s2, r, scale = _local_fit(fn, problem, x, space, cfg)
     cov, data_std, corr, null, V, sv, C_u = _laplace(H, G, rough, s2, scale, space, cfg)
     dirs, dir_std = _log_directions(x, H, C_u, null, scale, s2)
@@ -769,7 +847,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         names=space.names, estimate=x, covariance=cov, interval=interval, data_std=data_std,
         correlation=corr, identifiable=ok, reasons=reasons, confounded=confounded,
         singular_values=sv, particles=particles, low=space.low, high=space.high, method=cfg.method,
-        train_error=(_rms(r0), _rms(r)), holdout_error=hold_err, n_evals=n_fit,
+        train_error=(_rms(r0), _rms(r_fit)), holdout_error=hold_err, n_evals=n_fit,
         sim_steps=n_fit * problem.steps_per_eval, posterior_evals=fn.n_evals - n_fit, delay_steps=problem.delay,
         log_directions=dirs, log_direction_std=dir_std, n_windows=sum(len(w) for w in problem.windows),
         n_transitions=sum(t.ticks for t in train), seconds=time.perf_counter() - t_start, x0=x0,

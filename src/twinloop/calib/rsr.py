@@ -57,6 +57,8 @@ class RSRConfig:
         particles: parameter particles the collecting controller plans under.
         method: calibration method (``least_squares`` | ``cma`` | ``mjx``).
         window: calibration window (ticks).
+        errors_in_variables: calibration treats window starts as noisy observations (see
+            :class:`~twinloop.calib.fit.CalibConfig`).
         delay_steps: actuation delay assumed by calibration (physics steps); ``None`` estimates it.
         max_evals: calibration budget (parameter vectors per fit).
         gap_metric: ``kl`` | ``mmd`` | ``swd``.
@@ -80,6 +82,7 @@ class RSRConfig:
     particles: int = 4
     method: str = "cma"
     window: int = 5
+    errors_in_variables: bool = True
     delay_steps: int | None = None
     max_evals: int = 150
     gap_metric: str = "kl"
@@ -270,7 +273,7 @@ class RSRLoop:
             data = [e for j in range(1, it + 1) for e in self._episodes(f"collect_{j:02d}")]
             x0 = self.space.nominal if post is None else post.estimate
             ccfg = CalibConfig(method=cfg.method, window=cfg.window, max_evals=cfg.max_evals,
-                               delay_steps=cfg.delay_steps, particles=max(cfg.particles, 2), seed=cfg.seed + it)
+                               errors_in_variables=cfg.errors_in_variables, delay_steps=cfg.delay_steps, particles=max(cfg.particles, 2), seed=cfg.seed + it)
             post = calibrate(self.task, data, self.space, config=ccfg, x0=x0, twin=self.twin)
             if progress is not None:
                 progress("calibrate", 1)
