@@ -311,3 +311,55 @@ def test_errors_in_variables_needs_budget_for_the_start_sensitivity(task, space,
         calibrate(task, excited, space, config=CalibConfig(max_evals=30))
     post = calibrate(task, excited, space, config=CalibConfig(max_evals=30, errors_in_variables=False))
     assert post.n_evals <= 30
+
+
+# -- profile check -----------------------------------------------------------------------------
+
+
+def _profile(space, f, lc, rough=0.0):
+    """Run the profile check on ``f(X) -> (P,)`` around the nominal point with unit scale
+    1e-2 and principal directions along the axes; ``lc``: the Laplace variances it checks."""
+    from twinloop.calib.fit import _profile_factors
+
+    def fn(X):  # residuals whose half squared norm is f
+        return np.sqrt(2 * np.maximum(f(np.atleast_2d(X)), 0.0))[:, None]
+
+    x = space.nominal
+    return _profile_factors(fn, x, float(f(x[None])[0]), 1.0, rough, np.full(2, 1e-2), space, np.eye(2),
+                            np.asarray(lc, float))
+
+
+def test_profile_check_keeps_a_true_curvature_and_widens_a_fake_one(space):
+    sigma = np.array([0.02, 0.05])  # true 1-sd widths of a quadratic objective (s^2 = 1)
+    x0 = space.nominal
+
+    def f(X):
+        return 0.5 * (((X - x0) / sigma) ** 2).sum(axis=1)
+
+    true_var = (sigma / 1e-2) ** 2  # the objective's own Laplace variances in scaled units
+    np.testing.assert_array_equal(_profile(space, f, 1.1 * true_var), [1.0, 1.0])
+    # a local fit 5x too narrow in the second direction (25x in variance) is widened 5x
+    got = _profile(space, f, true_var / [1.0, 25.0])
+    assert got[0] == pytest.approx(1.0, abs=0.05) and got[1] == pytest.approx(5.0, rel=0.02)
+
+
+def test_profile_check_finds_a_flat_valley_behind_a_rough_dip(space):
+    x0 = space.nominal
+
+    def f(X):  # a narrow dip (as contact roughness makes) in a valley flat along the second axis
+        d = (X - x0) / 1e-2
+        dip = np.where(np.abs(d[:, 1]) < 0.5, 0.0, 1.0)
+        return 0.5 * (d[:, 0] / 2.0) ** 2 + dip
+
+    got = _profile(space, f, [4.0, 0.3])  # the dip's steep walls fake a variance of 0.3
+    assert got[0] == 1.0 and not np.isfinite(got[1])
+
+
+def test_profile_check_discounts_rises_within_the_roughness(space):
+    x0 = space.nominal
+
+    def f(X):
+        return 0.5 * ((((X - x0) / 1e-2) / 2.0) ** 2).sum(axis=1)
+
+    smooth, rough = _profile(space, f, [3.0, 3.0]), _profile(space, f, [3.0, 3.0], rough=5.0)
+    assert np.all(smooth < 1.5) and np.all(rough > 2.0)
