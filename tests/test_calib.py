@@ -316,7 +316,7 @@ def test_errors_in_variables_needs_budget_for_the_start_sensitivity(task, space,
 # -- profile check -----------------------------------------------------------------------------
 
 
-def _profile(space, f, lc, rough=0.0):
+def _profile(space, f, lc):
     """Run the profile check on ``f(X) -> (P,)`` around the nominal point with unit scale
     1e-2 and principal directions along the axes; ``lc``: the Laplace variances it checks."""
     from twinloop.calib.fit import _profile_factors
@@ -325,7 +325,7 @@ def _profile(space, f, lc, rough=0.0):
         return np.sqrt(2 * np.maximum(f(np.atleast_2d(X)), 0.0))[:, None]
 
     x = space.nominal
-    return _profile_factors(fn, x, float(f(x[None])[0]), 1.0, rough, np.full(2, 1e-2), space, np.eye(2),
+    return _profile_factors(fn, x, float(f(x[None])[0]), 1.0, np.full(2, 1e-2), space, np.eye(2),
                             np.asarray(lc, float))
 
 
@@ -352,14 +352,16 @@ def test_profile_check_finds_a_flat_valley_behind_a_rough_dip(space):
         return 0.5 * (d[:, 0] / 2.0) ** 2 + dip
 
     got = _profile(space, f, [4.0, 0.3])  # the dip's steep walls fake a variance of 0.3
-    assert got[0] == 1.0 and not np.isfinite(got[1])
+    assert got[0] < 1.5 and not np.isfinite(got[1])
 
 
 def test_profile_check_discounts_rises_within_the_roughness(space):
     x0 = space.nominal
 
-    def f(X):
-        return 0.5 * ((((X - x0) / 1e-2) / 2.0) ** 2).sum(axis=1)
+    def f(X, ripple=0.0):  # a quadratic, optionally with small-scale ripples (contact roughness)
+        d = (X - x0) / 1e-2
+        return 0.5 * ((d / 2.0) ** 2).sum(axis=1) + ripple * np.sin(7.0 * d).sum(axis=1)
 
-    smooth, rough = _profile(space, f, [3.0, 3.0]), _profile(space, f, [3.0, 3.0], rough=5.0)
-    assert np.all(smooth < 1.5) and np.all(rough > 2.0)
+    smooth = _profile(space, f, [3.0, 3.0])
+    rough = _profile(space, lambda X: f(X, ripple=6.0), [3.0, 3.0])
+    assert np.all(smooth < 1.5) and np.all(rough > smooth)

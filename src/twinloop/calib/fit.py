@@ -732,8 +732,8 @@ _FLAT = 1e3  # widening that stands in for "flat as far as the profile check loo
 _PROFILE_STEPS = (1.0, 2.0, 4.0, 8.0)
 
 
-def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, rough: float, scale: np.ndarray,
-                     space: ParamSpace, Vc: np.ndarray, lc: np.ndarray) -> np.ndarray:
+def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, scale: np.ndarray, space: ParamSpace,
+                     Vc: np.ndarray, lc: np.ndarray) -> np.ndarray:
     """How much wider than the Laplace approximation the 95% interval must be, per principal
     direction of the data covariance.
 
@@ -743,25 +743,38 @@ def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, rough: f
     determined). So walk out along each principal direction ``v_i`` to ``t`` times its
     Laplace 95% half-width, ``t`` in 1, 2, 4, 8, both sides, and find where the objective has
     risen by the 95% profile threshold ``chi2_1(0.95) / 2 * s^2 = 1.92 s^2`` plus twice the
-    roughness of the objective (the local fit's residual std: a rise within the roughness
-    tells nothing, and ``x`` itself may sit in a dip of it) for good (at that step and every
-    later one). The direction's std is widened by that ``t`` (interpolated;
-    never narrowed); ``inf`` when the rise never comes, within the steps or before a bound.
+    objective's small-scale roughness, for good (at that step and every later one). The
+    roughness is the RMS departure from a parabola through the points at 0, 1/4, 1/2 and 1
+    half-width on each line: a rise within it tells nothing, and ``x`` itself may sit in a dip
+    of it. The
+    direction's std is widened by that ``t`` (interpolated; never narrowed); ``inf`` when the
+    rise never comes, within the steps or before a bound.
     """
     n = len(x)
     steps = np.asarray(_PROFILE_STEPS)
+    near = np.array([0.25, 0.5])
     half = 1.96 * np.sqrt(lc)  # scaled units
     pts, ends = [], []
     for i in range(n):
         for sign in (1.0, -1.0):
-            for t in steps:
+            for t in (*steps, *near):
                 p = x + scale * (sign * t * half[i] * Vc[:, i])
                 pts.append(np.clip(p, space.low, space.high))
                 ends.append(not np.allclose(pts[-1], p))
     R = fn(np.stack(pts))
-    rise = (0.5 * (R**2).sum(axis=1) - f0).reshape(n, 2, len(steps))
-    clipped = np.array(ends).reshape(n, 2, len(steps))
-    thr = 1.92 * s2 + 2.0 * rough
+    k = len(steps) + len(near)
+    rise = (0.5 * (R**2).sum(axis=1) - f0).reshape(n, 2, k)
+    clipped = np.array(ends).reshape(n, 2, k)[..., : len(steps)]
+    # small-scale roughness: the residual of a parabola through the inner points of each line
+    t_in = np.concatenate([[0.0], near, steps[:1], -near, -steps[:1]])
+    A = np.stack([np.ones_like(t_in), t_in, t_in**2], axis=1)
+    ss = 0.0
+    for i in range(n):
+        y = np.concatenate([[0.0], rise[i, 0, len(steps) :], rise[i, 0, :1], rise[i, 1, len(steps) :], rise[i, 1, :1]])
+        c, *_ = np.linalg.lstsq(A, y, rcond=None)
+        ss += float(np.sum((y - A @ c) ** 2))
+    thr = 1.92 * s2 + 2.0 * np.sqrt(ss / (n * (len(t_in) - 3)))
+    rise = rise[..., : len(steps)]
     out = np.ones(n)
     for i in range(n):
         for side in range(2):
@@ -922,7 +935,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     f0 = 0.5 * float(r @ r)
 
     def profile(Vc, lc):
-        return _profile_factors(fn, x, f0, s2, rough, scale, space, Vc, lc)
+        return _profile_factors(fn, x, f0, s2, scale, space, Vc, lc)
 
     cov, data_std, corr, null, V, sv, C_u, factors = _laplace(H, G, rough, s2, scale, space, cfg, profile)
     dirs, dir_std = _log_directions(x, H, C_u, null, scale, s2)
