@@ -5,7 +5,9 @@ same RSR loop runs with beta = 0 (collect with the task cost only) and with each
 (collect where the parameter particles disagree). Evaluation episodes use the same seeds in
 both arms, so the gaps are paired. Reported per beta: the gap after the last iteration (mean
 over seeds, with each seed's value and 95% interval), the largest relative parameter error and
-the refined success rate.
+the refined success rate; then, per beta > 0, the paired difference from beta = 0 (gap and
+parameter error after the last iteration, mean over seeds with a 95% bootstrap interval, and
+how many seeds improved) -- the question the ablation asks.
 
     python benchmarks/rsr_beta.py                          # quick: 2 seeds, beta 0 vs 0.1
     python benchmarks/rsr_beta.py --seeds 5 --betas 0 0.05 0.2 --episodes 3 --max-ticks 60
@@ -24,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from twinloop.calib import RSRConfig, run_rsr
+from twinloop.stats import bootstrap_ci
 
 
 def main() -> None:
@@ -72,6 +75,24 @@ def main() -> None:
                   per, f"{np.mean([r['param_error'] for r in rows]):.1%}",
                   f"{np.mean([r['success_rate'] for r in rows]):.0%}", f"{np.mean([r['seconds'] for r in rows]):.0f} s")
     console.print(t)
+    base = runs.get(0.0)
+    if base is not None and len(runs) > 1:
+        d = Table(title=f"paired difference from beta 0 after {args.iterations} iterations ({args.seeds} seeds; "
+                        "negative = beta helps)")
+        for c in ("beta", "gap difference (mean)", "95% bootstrap CI", "seeds with a lower gap",
+                  "param error difference (mean)", "95% bootstrap CI ", "seeds with a lower param error"):
+            d.add_column(c, justify="right")
+        for beta, rows in runs.items():
+            if beta == 0.0:
+                continue
+            dg = np.array([r["gap"] - b["gap"] for r, b in zip(rows, base, strict=True)])
+            dp = np.array([r["param_error"] - b["param_error"] for r, b in zip(rows, base, strict=True)])
+            lo, hi = bootstrap_ci(dg)
+            plo, phi = bootstrap_ci(dp)
+            d.add_row(f"{beta:g}", f"{dg.mean():+.4g}", f"[{lo:+.3g}, {hi:+.3g}]", f"{int((dg < 0).sum())}/{len(dg)}",
+                      f"{100 * dp.mean():+.1f} pts", f"[{100 * plo:+.1f}, {100 * phi:+.1f}]",
+                      f"{int((dp < 0).sum())}/{len(dp)}")
+        console.print(d)
     console.print(f"runs in {root}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "runs": {str(b): r for b, r in runs.items()}}, indent=2))

@@ -106,3 +106,17 @@ def test_bad_input_is_named(setup):
         information_gain(r, stride=0)
     with pytest.raises(TwinloopError, match="noise_std"):
         information_gain(r, noise_std=0.0)
+
+
+@pytest.mark.parametrize("name", ["block-push", "push-t"])
+def test_observed_qpos_skips_the_unmeasured_height_and_gives_angles_their_noise(name):
+    from twinloop.calib import observed_qpos
+    from twinloop.tasks import make_task
+
+    task = make_task(name)
+    index, noise = observed_qpos(task, 1e-3, 2e-2)
+    # qpos = [pusher x, y, block x, y, z, yaw]: the height is not observed, the yaw is an angle
+    np.testing.assert_array_equal(index, [0, 1, 2, 3, 5])
+    np.testing.assert_array_equal(noise, [1e-3, 1e-3, 1e-3, 1e-3, 2e-2])
+    with pytest.raises(TwinloopError, match="noise"):
+        observed_qpos(task, 0.0)

@@ -11,7 +11,7 @@
 
 from twinloop.calib.fit import METHODS, CalibConfig, Posterior, calibrate, recovery_error
 from twinloop.calib.gap import METRICS, Gap, GapConfig, divergence, gap, gaps, transitions
-from twinloop.calib.infogap import infogap_cost, information_gain
+from twinloop.calib.infogap import infogap_cost, information_gain, observed_qpos
 from twinloop.calib.rsr import RSRConfig, RSRLoop, RSRResult, rsr_table, run_rsr
 from twinloop.calib.windows import (
     StateError,
@@ -27,6 +27,6 @@ from twinloop.calib.windows import (
 __all__ = [
     "METHODS", "METRICS", "CalibConfig", "Gap", "GapConfig", "Posterior", "RSRConfig", "RSRLoop", "RSRResult",
     "StateError", "Trajectory", "Windows", "as_trajectories", "calibrate", "divergence", "free_starts", "gap",
-    "gaps", "infogap_cost", "information_gain", "make_windows", "pusher_excitation", "record_trajectory",
+    "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "pusher_excitation", "record_trajectory",
     "recovery_error", "rsr_table", "run_rsr", "transitions",
 ]

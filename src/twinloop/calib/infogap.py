@@ -78,4 +78,31 @@ def infogap_cost(beta: float, noise_std: float | Sequence[float] = 1e-3, index: 
     return cost
 
 
-__all__ = ["information_gain", "infogap_cost"]
+def observed_qpos(task, pos_noise: float = 1e-3, angle_noise: float = 1e-2) -> tuple[np.ndarray, np.ndarray]:
+    """The ``qpos`` coordinates a task's observations measure, and their noise std.
+
+    A coordinate is observed when ``task.state_from_obs`` moves it as the observation moves
+    (an unmeasured height stays put); hinge coordinates get ``angle_noise`` (rad), the rest
+    ``pos_noise`` (m). Disagreement on an unmeasured coordinate tells the world nothing, and
+    an angle measured to a centiradian must not count like a position measured to a millimetre.
+
+    Returns:
+        ``(index, noise_std)`` for :func:`information_gain` / :func:`infogap_cost`.
+    """
+    import mujoco
+
+    if not (pos_noise > 0 and angle_noise > 0):
+        raise TwinloopError(f"noise stds must be > 0, got pos_noise={pos_noise}, angle_noise={angle_noise}")
+    m = task.model
+    rng = np.random.default_rng(0)
+    n_obs = len(task.obs_names)
+    a, b = (task.state_from_obs(rng.uniform(-0.1, 0.1, n_obs)) for _ in range(2))
+    index = np.flatnonzero(np.abs(a[: m.nq] - b[: m.nq]) > 0)
+    hinge = np.zeros(m.nq, bool)
+    for j in range(m.njnt):
+        if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_HINGE:
+            hinge[m.jnt_qposadr[j]] = True
+    return index, np.where(hinge[index], angle_noise, pos_noise)
+
+
+__all__ = ["information_gain", "infogap_cost", "observed_qpos"]

@@ -31,7 +31,7 @@ import numpy as np
 
 from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import GapConfig, gap
-from twinloop.calib.infogap import infogap_cost
+from twinloop.calib.infogap import infogap_cost, observed_qpos
 from twinloop.errors import TwinloopError, choose
 from twinloop.io import write_json
 
@@ -52,7 +52,8 @@ class RSRConfig:
         eval_episodes: episodes evaluated per iteration (same seeds every iteration).
         max_ticks: episode length (default: the task's).
         beta: InfoGap weight during collection (0: collect with the task cost only).
-        info_noise: observation noise std assumed by InfoGap (m / rad).
+        info_noise: position noise std assumed by InfoGap (m), on the observed coordinates.
+        info_angle_noise: angle noise std assumed by InfoGap (rad).
         params: names of the parameters to calibrate (default: the task's whole space).
         particles: parameter particles the collecting controller plans under.
         method: calibration method (``least_squares`` | ``cma`` | ``mjx``).
@@ -78,6 +79,7 @@ class RSRConfig:
     max_ticks: int | None = 40
     beta: float = 0.0
     info_noise: float = 1e-3
+    info_angle_noise: float = 1e-2
     params: tuple[str, ...] | None = None
     particles: int = 4
     method: str = "cma"
@@ -160,7 +162,8 @@ class RSRLoop:
 
         extra = []
         if beta > 0 and params is not None and len(params) > 1:
-            extra.append(infogap_cost(beta, self.cfg.info_noise, stride=self.task.substeps))
+            index, noise = observed_qpos(self.task, self.cfg.info_noise, self.cfg.info_angle_noise)
+            extra.append(infogap_cost(beta, noise, index, stride=self.task.substeps))
         rcfg = RefinerConfig(num_samples=self.cfg.num_samples, horizon=self.cfg.horizon, seed=self.cfg.seed)
         refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer), rcfg, params=params,
                           extra_costs=extra)
