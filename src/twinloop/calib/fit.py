@@ -744,8 +744,8 @@ def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, scale: n
     Laplace 95% half-width, ``t`` in 1, 2, 4, 8, both sides, and find where the objective has
     risen by the 95% profile threshold ``chi2_1(0.95) / 2 * s^2 = 1.92 s^2`` plus twice the
     objective's small-scale roughness, for good (at that step and every later one). The
-    roughness is the RMS departure from a parabola through the points at 0, 1/4, 1/2 and 1
-    half-width on each line: a rise within it tells nothing, and ``x`` itself may sit in a dip
+    roughness (per line) is the RMS departure from a parabola through its points at 0, 1/4,
+    1/2 and 1 half-width: a rise within it tells nothing, and ``x`` itself may sit in a dip
     of it. The
     direction's std is widened by that ``t`` (interpolated; never narrowed); ``inf`` when the
     rise never comes, within the steps or before a bound.
@@ -768,17 +768,16 @@ def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, scale: n
     # small-scale roughness: the residual of a parabola through the inner points of each line
     t_in = np.concatenate([[0.0], near, steps[:1], -near, -steps[:1]])
     A = np.stack([np.ones_like(t_in), t_in, t_in**2], axis=1)
-    ss = 0.0
+    thr = np.zeros(n)
     for i in range(n):
         y = np.concatenate([[0.0], rise[i, 0, len(steps) :], rise[i, 0, :1], rise[i, 1, len(steps) :], rise[i, 1, :1]])
         c, *_ = np.linalg.lstsq(A, y, rcond=None)
-        ss += float(np.sum((y - A @ c) ** 2))
-    thr = 1.92 * s2 + 2.0 * np.sqrt(ss / (n * (len(t_in) - 3)))
+        thr[i] = 1.92 * s2 + 2.0 * np.sqrt(np.sum((y - A @ c) ** 2) / (len(t_in) - 3))
     rise = rise[..., : len(steps)]
     out = np.ones(n)
     for i in range(n):
         for side in range(2):
-            above = rise[i, side] > thr
+            above = rise[i, side] > thr[i]
             # the first step from which the rise holds (a single spike up does not count)
             held = np.flatnonzero(np.logical_and.accumulate(above[::-1])[::-1])
             if not len(held) or clipped[i, side, : held[0]].any():
@@ -788,7 +787,7 @@ def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, scale: n
             if j == 0:
                 continue
             a, b = np.sqrt(max(rise[i, side, j - 1], 0.0)), np.sqrt(rise[i, side, j])
-            t = steps[j - 1] + (steps[j] - steps[j - 1]) * (np.sqrt(thr) - a) / max(b - a, 1e-300)
+            t = steps[j - 1] + (steps[j] - steps[j - 1]) * (np.sqrt(thr[i]) - a) / max(b - a, 1e-300)
             out[i] = max(out[i], float(t))
     return out
 
@@ -939,6 +938,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
 
     cov, data_std, corr, null, V, sv, C_u, factors = _laplace(H, G, rough, s2, scale, space, cfg, profile)
     dirs, dir_std = _log_directions(x, H, C_u, null, scale, s2)
+    dir_std = np.where(dir_std > 0.1 * _FLAT, np.inf, dir_std)  # the stand-in for a flat direction
     ok, reasons, confounded = _identifiability(x, data_std, corr, null, V, space, cfg)
     sd = np.sqrt(np.diag(cov))
     interval = np.stack([np.maximum(x - 1.96 * sd, space.low), np.minimum(x + 1.96 * sd, space.high)], axis=1)
