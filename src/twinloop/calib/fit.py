@@ -746,7 +746,7 @@ def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, scale: n
     objective's small-scale roughness, for good (at that step and every later one). The
     roughness (per line) is the RMS departure from a parabola through its points at 0, 1/4,
     1/2 and 1 half-width: a rise within it tells nothing, and ``x`` itself may sit in a dip
-    of it. The
+    of it (rises count from the floor the nearby points stand on). The
     direction's std is widened by that ``t`` (interpolated; never narrowed); ``inf`` when the
     rise never comes, within the steps or before a bound.
     """
@@ -765,6 +765,9 @@ def _profile_factors(fn: _Counted, x: np.ndarray, f0: float, s2: float, scale: n
     k = len(steps) + len(near)
     rise = (0.5 * (R**2).sum(axis=1) - f0).reshape(n, 2, k)
     clipped = np.array(ends).reshape(n, 2, k)[..., : len(steps)]
+    # x may sit in a narrow dip below a flat floor: measure rises from the floor the nearby
+    # points stand on (their median departure from the Laplace quadratic), never from below x
+    rise -= max(0.0, float(np.median(rise[..., len(steps) :] - 1.92 * s2 * near**2)))
     # small-scale roughness: the residual of a parabola through the inner points of each line
     t_in = np.concatenate([[0.0], near, steps[:1], -near, -steps[:1]])
     A = np.stack([np.ones_like(t_in), t_in, t_in**2], axis=1)
