@@ -100,7 +100,8 @@ def demo(
 @_guard
 def run(
     task: str = typer.Option("push-t", help="push-t | block-push"),
-    optimizer: str = typer.Option("mppi", help="mppi | cem | predictive | best_of_n"),
+    optimizer: str = typer.Option("mppi", help="mppi | cem | predictive | best_of_n, or llm+<one of them> "
+                                  "(a language model's plans join the batches; needs --iterations >= 2)"),
     backend: str = typer.Option("mujoco", help="mujoco | mjx | warp"),
     num_samples: int = typer.Option(64, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(1.0, help="Planning horizon (s)."),
@@ -115,14 +116,19 @@ def run(
     out: str = typer.Option("twinloop-out"),
     video: bool = typer.Option(True),
     record: bool = typer.Option(True, help="Write every episode as Parquet."),
+    llm_base_url: str = typer.Option(None, help="llm+*: OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 "
+                                     "(default: $TWINLOOP_LLM_BASE_URL). Key: $OPENAI_API_KEY."),
+    llm_model: str = typer.Option(None, help="llm+*: model name (default: $TWINLOOP_LLM_MODEL)."),
+    llm_timeout: float = typer.Option(30.0, help="llm+*: seconds per request."),
 ):
     """The demo's experiment with every choice as an option."""
+    from twinloop.plan import LLMConfig
     from twinloop.run.compare import RunConfig
 
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, num_samples=num_samples, horizon=horizon,
                    iterations=iterations, world=world, severity=severity, proposer=proposer, episodes=episodes,
                    seed=seed, max_ticks=max_ticks or None, out=out, video=video, record=record,
-                   refiner={"risk": risk}))
+                   refiner={"risk": risk}, llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)))
 
 
 @app.command()

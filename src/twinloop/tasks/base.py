@@ -10,6 +10,7 @@ Cost of a rollout (MuJoCo MPC style, readable at a glance)::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -101,8 +102,8 @@ class Task:
             out[r.name] = r.weight * (sq if r.terminal else sq.mean(axis=-1))
         return out
 
-    def cost(self, rollouts: Rollouts) -> np.ndarray:
-        """``(P, K)`` total cost of each rollout.
+    def rollout_terms(self, rollouts: Rollouts) -> dict[str, np.ndarray]:
+        """Weighted value of every residual term of each rollout, each ``(P, K)``.
 
         Residuals are read every ``cost_stride`` physics steps (the final state is always
         included): rollouts are simulated at full rate, only the cost is sampled coarser.
@@ -114,7 +115,22 @@ class Task:
                         rollouts.sensordata[..., ::n, :], rollouts.ctrl[None, :, ::n, :])
         else:
             traj = Traj(rollouts.qpos, rollouts.qvel, rollouts.sensordata, rollouts.ctrl[None])
-        return sum(self.cost_terms(traj).values())
+        return self.cost_terms(traj)
+
+    def cost(self, rollouts: Rollouts) -> np.ndarray:
+        """``(P, K)`` total cost of each rollout: the sum of :meth:`rollout_terms`."""
+        return sum(self.rollout_terms(rollouts).values())
+
+    # -- words -------------------------------------------------------------------------------
+
+    def description(self) -> str:
+        """What the task is, in words (for people, and for a language-model optimizer).
+
+        Default: the first paragraph of the task class's own docstring (``""`` without one).
+        Tasks with instance settings a reader needs (a goal) extend it.
+        """
+        doc = inspect.cleandoc(type(self).__doc__ or "")
+        return " ".join(doc.split("\n\n")[0].split())
 
     # -- episodes ----------------------------------------------------------------------------
 
