@@ -18,7 +18,8 @@ from twinloop.cli import app
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.data import Dataset, EpisodeRecorder
 from twinloop.errors import TwinloopError
-from twinloop.plan import LLMConfig, make_optimizer
+from twinloop.plan import Feedback, LLMConfig, PlanSpec, make_optimizer
+from twinloop.plan.llm import build_messages
 from twinloop.run.compare import RunConfig
 from twinloop.run.experiment import run_episode
 from twinloop.tasks import make_task
@@ -212,16 +213,14 @@ def test_the_prompt_holds_the_task_and_the_rollouts_but_no_environment(task, muj
     assert not {"x-stainless-os", "x-stainless-arch"} & {h.lower() for h in srv.headers[0]}
 
 
-def test_failed_rollouts_are_summarized_unstable_first(task, mujoco_twin, state):
-    from twinloop.plan.llm import build_messages
-
-    ref = refiner(task, mujoco_twin)
-    cand = np.zeros((5, 4, 2))
-    r, c = ref.evaluate(state, cand)
-    fb = ref._feedback(r, cand, np.array([3.0, np.inf, 1.0, 2.0, 5.0]))
-    fb = type(fb)(**{**fb.__dict__, "unstable": np.array([False, True, False, False, False])})
-    prompt = json.loads(build_messages(fb, cand[0], LLMConfig(n_best=2, n_failed=2))[1]["content"])
-    assert [b["cost"] for b in prompt["best_rollouts"]] == [1.0, 2.0]
+def test_best_and_failed_rollouts_are_summarized_failed_unstable_first():
+    spec = PlanSpec(10, 0.1, 20, 4, "cubic", np.array([-0.3, -0.3]), np.array([0.3, 0.3]))
+    costs = np.array([3.0, np.inf, 1.0, 2.0, 5.0])
+    fb = Feedback(description="d", spec=spec, candidates=np.zeros((5, 4, 2)), costs=costs,
+                  unstable=np.isinf(costs), times=np.arange(3) * 0.1, states=np.zeros((5, 3, 2)),
+                  state_names=("a", "b"), cost_terms=lambda: {"t": costs / 2})
+    prompt = json.loads(build_messages(fb, np.zeros((4, 2)), LLMConfig(n_best=2, n_failed=2))[1]["content"])
+    assert [(b["cost"], b["cost_terms"]["t"]) for b in prompt["best_rollouts"]] == [(1.0, 0.5), (2.0, 1.0)]
     assert [(f["cost"], f["unstable"]) for f in prompt["failed_rollouts"]] == [(None, True), (5.0, False)]
 
 
