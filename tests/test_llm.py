@@ -156,12 +156,11 @@ def test_a_failed_call_leaves_the_tick_to_the_sampling_optimizer_and_says_why(ta
     assert res.optimizer_info["plans"] == 0 and res.optimizer_info["calls"] == 1
 
 
-def test_retryable_errors_are_retried_before_falling_back():
+def test_retryable_errors_are_retried_before_falling_back(task, mujoco_twin, state):
     with ChatServer([Scripted(status=500, headers={"retry-after-ms": "10"})]) as srv:
-        opt = make_optimizer("llm+mppi", llm=LLMConfig(base_url=srv.base_url, model="m", max_retries=2))
-        with pytest.raises(Exception, match="500"):
-            opt.endpoint.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        res = refiner(task, mujoco_twin, "llm+mppi", base_url=srv.base_url, max_retries=2).refine(state)
     assert len(srv.requests) == 3
+    assert res.optimizer_info["fallback"] == "http_error: HTTP 500 after 2 retries"
 
 
 def test_after_a_fallback_no_more_calls_are_made_in_that_tick(task, mujoco_twin, state):
@@ -219,7 +218,7 @@ def test_best_and_failed_rollouts_are_summarized_failed_unstable_first():
     fb = Feedback(description="d", spec=spec, candidates=np.zeros((5, 4, 2)), costs=costs,
                   unstable=np.isinf(costs), times=np.arange(3) * 0.1, states=np.zeros((5, 3, 2)),
                   state_names=("a", "b"), cost_terms=lambda: {"t": costs / 2})
-    prompt = json.loads(build_messages(fb, np.zeros((4, 2)), LLMConfig(n_best=2, n_failed=2))[1]["content"])
+    prompt = json.loads(build_messages(fb, np.zeros((4, 2)), None, LLMConfig(n_best=2, n_failed=2))[1]["content"])
     assert [(b["cost"], b["cost_terms"]["t"]) for b in prompt["best_rollouts"]] == [(1.0, 0.5), (2.0, 1.0)]
     assert [(f["cost"], f["unstable"]) for f in prompt["failed_rollouts"]] == [(None, True), (5.0, False)]
 

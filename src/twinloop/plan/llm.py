@@ -10,7 +10,7 @@ in the next batch beside the samples, and the sampling optimizer refines around 
 wins. With one iteration per tick there is no next batch: use ``iterations >= 2``.
 
 What is sent, and nothing else: the task's description, the action bounds and the knot
-layout, the current plan, and for the best and the failed rollouts of the batch (unstable
+layout, the current plan and the base proposal, and for the best and the failed rollouts of the batch (unstable
 ones first, then the costliest) their knots, cost, weighted cost terms, instability flag and
 positions at every control tick. The reply must be one JSON object
 ``{"analysis": str, "plans": [(N, nu) knots, ...]}``; plans are clipped to the action bounds
@@ -190,9 +190,10 @@ def _num(x):
     return np.where(np.isfinite(a), a, None).tolist()
 
 
-def build_messages(fb: Feedback, plan: np.ndarray, config: LLMConfig) -> list[dict]:
-    """The chat messages for one batch: the task, the plan layout, ``plan (N, nu)`` (the current
-    plan) and summaries of the best and failed rollouts. Nothing else goes in."""
+def build_messages(fb: Feedback, plan: np.ndarray, prior: np.ndarray | None, config: LLMConfig) -> list[dict]:
+    """The chat messages for one batch: the task, the plan layout, the current ``plan (N, nu)``,
+    the base proposal ``prior (N, nu)`` (or ``None``) and summaries of the best and failed
+    rollouts. Nothing else goes in."""
     spec = fb.spec
     order = np.argsort(np.where(np.isfinite(fb.costs), fb.costs, np.inf), kind="stable")
     best = [int(k) for k in order[: config.n_best] if np.isfinite(fb.costs[k])]
@@ -210,6 +211,7 @@ def build_messages(fb: Feedback, plan: np.ndarray, config: LLMConfig) -> list[di
         "plan_layout": {"knots": spec.n_knots, "knot_times_s": _num(spec.knot_times), "interpolation": spec.kind,
                         "control_period_s": spec.control_period, "horizon_s": _num(spec.horizon)},
         "current_plan": _num(plan),
+        "base_proposal": None if prior is None else _num(prior),
         "batch": {"rollouts": len(fb.costs), "unstable": int(fb.unstable.sum())},
         "state_names": list(fb.state_names),
         "state_times_s": _num(fb.times),
@@ -299,7 +301,7 @@ class LLMGuided:
         info["calls"] += 1
         t0 = time.perf_counter()
         try:
-            reply = self.endpoint.ask(build_messages(fb, new.mean, self.config),
+            reply = self.endpoint.ask(build_messages(fb, new.mean, state.prior, self.config),
                                       reply_schema(self.config.candidates, fb.spec.n_knots, fb.spec.nu))
             info["cached"] += reply.cached
             info["prompt_tokens"] += reply.prompt_tokens
