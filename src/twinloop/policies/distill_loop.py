@@ -34,6 +34,7 @@ from twinloop.policies.distilled import Demo, DistilledPolicy, PolicyConfig
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
+from twinloop.worlds import make_world
 
 WORLDS = ("shifted", "nominal")
 #: refined success within this of the sweep's best counts as "as good" for ``min_k``
@@ -162,11 +163,9 @@ class DistillRun:
     """State of one distill run: task, world, twin, data, and the episode runner."""
 
     def __init__(self, cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print):
-        from twinloop.run.compare import make_world
-
         self.cfg, self.progress, self.log = cfg, progress, log
         self.task = make_task(cfg.task)
-        self.world = make_world(self.task, cfg.world, cfg.severity, cfg.seed)
+        self.world = make_world(self.task, cfg.world, severity=cfg.severity, seed=cfg.seed)
         self.twin = make_twin("mujoco", self.task.model, self.task.param_space())
         self.demos: list[Demo] = []
         self.last_loss = float("nan")
@@ -233,7 +232,7 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
 
     summary = {
         "task": task.name,
-        "world": world.describe() if hasattr(world, "describe") else {"kind": cfg.world},
+        "world": world.describe(),
         "seed": cfg.seed,
         "episodes": cfg.episodes,
         "config": asdict(cfg),

@@ -21,11 +21,10 @@ from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
 from twinloop.io import write_json
 from twinloop.plan import LLMConfig, make_optimizer
+from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
-
-WORLDS = ("shifted", "nominal")
-PROPOSERS = ("scripted", "none")
+from twinloop.worlds import WORLDS, make_world
 
 
 @dataclass(frozen=True)
@@ -33,16 +32,18 @@ class RunConfig:
     """Every choice of a comparison run (the CLI mirrors these fields).
 
     Attributes:
-        task: ``push-t`` | ``block-push``.
-        optimizer: ``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``, or ``llm+<one of
+        task: a registered task (``twinloop.tasks.TASKS``).
+        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
             them>`` (``llm``: ``llm+mppi``): guided by a language model, needs ``iterations >= 2``.
-        backend: ``mujoco`` | ``mjx`` | ``warp``.
+        backend: a twin backend (``twinloop.twin.BACKENDS``).
         num_samples: K candidates per refine iteration.
         horizon: planning horizon (s).
         iterations: refine iterations per control tick.
-        world: ``shifted`` (hidden physics, noise, delay) | ``nominal`` (the twin itself).
+        world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
+            noise, delay) | ``nominal`` (the twin itself).
         severity: ShiftedWorld severity (0-3).
-        proposer: ``scripted`` | ``none`` (refinement from scratch; no baseline row).
+        proposer: ``scripted`` (the task's own) | ``none`` (refinement from scratch; no
+            baseline row); see ``twinloop.policies.PROPOSERS``.
         episodes: episodes per controller.
         seed: seeds the world's hidden physics and, with the episode index, each episode.
         max_ticks: episode length (default: the task's).
@@ -72,41 +73,21 @@ class RunConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
-        choose("world", self.world, WORLDS)
+        choose("world", self.world, tuple(WORLDS))
+        choose("proposer", self.proposer, tuple(PROPOSERS))
         if self.optimizer.startswith("llm") and self.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
                                 f"batch: it needs iterations >= 2, got {self.iterations}")
-        choose("proposer", self.proposer, PROPOSERS)
         if self.episodes < 1:
             raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
         if not 0 <= self.severity <= 3:
             raise TwinloopError(f"severity must be 0-3, got {self.severity}")
 
 
-def make_world(task, kind: str, severity: int, seed: int):
-    choose("world", kind, WORLDS)
-    if kind == "nominal":
-        from twinloop.worlds import SimWorld
-
-        return SimWorld(task)
-    from twinloop.worlds.shifted import ShiftedWorld
-
-    return ShiftedWorld(task, severity=severity, seed=seed)
-
-
-def make_proposer(task, kind: str):
-    choose("proposer", kind, PROPOSERS)
-    if kind == "none":
-        return None
-    from twinloop.policies.scripted import make_scripted
-
-    return make_scripted(task)
-
-
 def build(cfg: RunConfig, keep_rollouts: bool = False):
     """(task, world, proposer, refiner) for a config."""
     task = make_task(cfg.task)
-    world = make_world(task, cfg.world, cfg.severity, cfg.seed)
+    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
     rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
@@ -120,19 +101,21 @@ def episode_seeds(cfg: RunConfig) -> list[int]:
 
 
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
-    """``f(tick_info) -> Ghosts`` for videos: pusher and block paths of the tick's candidate
-    rollouts (first particle), the lowest-cost ones highlighted and the chosen plan marked."""
+    """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
+    (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
+    ones highlighted and the chosen plan marked."""
     from twinloop.viz.video import ghosts_from_rollouts
 
-    xy = (getattr(task, "pusher_xy", (0, 1)), getattr(task, "block_xy", (2, 3)))
-
     def f(tick):
-        res = getattr(tick, "result", None)
+        res = tick.result
         if res is None or res.rollouts is None:
             return None
+        r = res.rollouts
+        points = task.trace_points(r.qpos[0], r.sensordata[0])
+        if points.shape[-2] == 0:
+            return None
         chosen = int(np.argmin(np.where(np.isfinite(res.costs), res.costs, np.inf)))
-        return ghosts_from_rollouts(res.rollouts.qpos[0], res.costs, xy=xy, chosen=chosen,
-                                    max_candidates=max_candidates)
+        return ghosts_from_rollouts(points, res.costs, chosen=chosen, max_candidates=max_candidates)
 
     return f
 
@@ -170,7 +153,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         results.append(summarize(name, eps))
     summary = {
         "task": task.name,
-        "world": world.describe() if hasattr(world, "describe") else {"kind": cfg.world},
+        "world": world.describe(),
         "seed": cfg.seed,
         "episodes": cfg.episodes,
         "config": asdict(cfg),
@@ -229,7 +212,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
         "twinloop": {
             "task": task.name,
             "controller": name,
-            "world": world.describe() if hasattr(world, "describe") else {"kind": cfg.world},
+            "world": world.describe(),
             "seed": cfg.seed,
             "obs_names": list(task.obs_names),
             "param_names": task.param_space().names,
