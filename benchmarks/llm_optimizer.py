@@ -32,7 +32,6 @@ import numpy as np
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.io import write_json
 from twinloop.plan import OPTIMIZERS, LLMConfig, make_optimizer
-from twinloop.policies.scripted import make_scripted
 from twinloop.run.compare import RunConfig, episode_seeds
 from twinloop.run.experiment import run_episode, summarize
 from twinloop.tasks import make_task
@@ -57,7 +56,7 @@ def main() -> None:
     a = ap.parse_args()
     seeds = episode_seeds(RunConfig(episodes=a.episodes, seed=a.seed))
     task = make_task(a.task)
-    proposer = make_scripted(make_task(a.task, goal=WRONG_GOAL[a.task]))
+    proposer = make_task(a.task, goal=WRONG_GOAL[a.task]).default_proposer()
     twin = make_twin("mujoco", task.model, task.param_space())
     rcfg = RefinerConfig(num_samples=a.num_samples, horizon=task.horizon, iterations=a.iterations, seed=a.seed)
     sampling = Refiner(task, twin, make_optimizer(a.optimizer), rcfg)

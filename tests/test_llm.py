@@ -212,15 +212,18 @@ def test_the_prompt_holds_the_task_and_the_rollouts_but_no_environment(task, muj
     assert not {"x-stainless-os", "x-stainless-arch"} & {h.lower() for h in srv.headers[0]}
 
 
-def test_best_and_failed_rollouts_are_summarized_failed_unstable_first():
+def test_best_and_failed_rollouts_are_summarized_with_their_failure_flags():
     spec = PlanSpec(10, 0.1, 20, 4, "cubic", np.array([-0.3, -0.3]), np.array([0.3, 0.3]))
     costs = np.array([3.0, np.inf, 1.0, 2.0, 5.0])
     fb = Feedback(description="d", spec=spec, candidates=np.zeros((5, 4, 2)), costs=costs,
                   unstable=np.isinf(costs), times=np.arange(3) * 0.1, states=np.zeros((5, 3, 2)),
-                  state_names=("a", "b"), cost_terms=lambda: {"t": costs / 2})
+                  state_names=("a", "b"), cost_terms=lambda: {"t": costs / 2},
+                  failure=lambda q: "toppled" if q[0] > 0.5 else "")
+    fb.states[4, 2, 0] = 1.0  # the costliest stable rollout ends toppled
     prompt = json.loads(build_messages(fb, np.zeros((4, 2)), None, LLMConfig(n_best=2, n_failed=2))[1]["content"])
     assert [(b["cost"], b["cost_terms"]["t"]) for b in prompt["best_rollouts"]] == [(1.0, 0.5), (2.0, 1.0)]
-    assert [(f["cost"], f["unstable"]) for f in prompt["failed_rollouts"]] == [(None, True), (5.0, False)]
+    assert [(f["cost"], f["unstable"], f["failure"]) for f in prompt["failed_rollouts"]] == [
+        (None, True, ""), (5.0, False, "toppled")]
 
 
 def test_tokens_and_latency_are_recorded_per_tick_in_the_episode(task, mujoco_twin, tmp_path):

@@ -234,6 +234,7 @@ class Refiner:
             unstable=~r.ok.all(axis=0), times=ticks * r.dt, states=r.qpos[0][:, ticks],
             state_names=self._state_names,
             cost_terms=lambda: {k: v.mean(axis=0) for k, v in self.task.rollout_terms(r).items()},
+            failure=self.task.failure,
         )
 
 

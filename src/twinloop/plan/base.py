@@ -39,6 +39,8 @@ class Feedback:
         state_names: ``(nq,)`` names of the position coordinates.
         cost_terms: returns ``{term: (K,)}`` weighted cost terms (mean over particles);
             computed on call, so optimizers that do not read them pay nothing.
+        failure: the task's failure test on ``(nq,)`` positions: why they failed beyond
+            recovery (e.g. ``"toppled"``), or ``""``.
     """
 
     description: str
@@ -50,6 +52,7 @@ class Feedback:
     states: np.ndarray
     state_names: tuple[str, ...]
     cost_terms: Callable[[], dict[str, np.ndarray]]
+    failure: Callable[[np.ndarray], str]
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ in the next batch beside the samples, and the sampling optimizer refines around 
 wins. With one iteration per tick there is no next batch: use ``iterations >= 2``.
 
 What is sent, and nothing else: the task's description, the action bounds and the knot
-layout, the current plan and the base proposal, and for the best and the failed rollouts of the batch (unstable
-ones first, then the costliest) their knots, cost, weighted cost terms, instability flag and
-positions at every control tick. The reply must be one JSON object
-``{"analysis": str, "plans": [(N, nu) knots, ...]}``; plans are clipped to the action bounds
-(``info["clipped"]`` counts the values clipped).
+layout, the current plan and the base proposal, and for the best and the failed rollouts of the
+batch (unstable ones first, then the costliest) their knots, cost, weighted cost terms,
+failure flags (unstable; the task's own failure, e.g. toppled) and positions at every control
+tick. The reply must be one JSON object ``{"analysis": str, "plans": [(N, nu) knots, ...]}``;
+plans are clipped to the action bounds (``info["clipped"]`` counts the values clipped).
 
 Any failure (timeout, no connection, an HTTP error left after the client's retries with
 exponential backoff, which honour ``Retry-After``; malformed JSON; a reply out of schema)
@@ -201,7 +201,8 @@ def build_messages(fb: Feedback, plan: np.ndarray, prior: np.ndarray | None, con
     terms = fb.cost_terms() if best or failed else {}
 
     def rollout(k: int) -> dict:
-        return {"cost": _num(fb.costs[k]), "unstable": bool(fb.unstable[k]),
+        failure = "" if fb.unstable[k] else next((f for f in map(fb.failure, fb.states[k]) if f), "")
+        return {"cost": _num(fb.costs[k]), "unstable": bool(fb.unstable[k]), "failure": failure,
                 "cost_terms": {name: _num(v[k]) for name, v in terms.items()},
                 "knots": _num(fb.candidates[k]), "states": _num(fb.states[k])}
 
