@@ -25,7 +25,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from twinloop.calib import RSRConfig, run_rsr
+from twinloop.run.rsr import RSRConfig, run_rsr
 from twinloop.stats import bootstrap_ci
 
 

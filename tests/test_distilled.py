@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from twinloop.errors import TwinloopError
-from twinloop.policies.distill_loop import DistillConfig, min_k, run_distill
+from twinloop.run.distill import DistillConfig, min_k, run_distill
 from twinloop.policies.distilled import (
     Demo,
     DistilledPolicy,

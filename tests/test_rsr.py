@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from twinloop.calib import RSRConfig, RSRLoop, run_rsr
+from twinloop.run.rsr import RSRConfig, RSRLoop, run_rsr
 from twinloop.errors import TwinloopError
 
 TINY = RSRConfig(iterations=2, episodes=1, eval_episodes=1, max_ticks=8, max_evals=20, errors_in_variables=False, num_samples=8,

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from twinloop.calib.fit import METHODS, CalibConfig
 from twinloop.calib.fit import calibrate as fit
 from twinloop.calib.gap import METRICS
-from twinloop.calib.rsr import RSRConfig, RSRLoop, rsr_table
+from twinloop.run.rsr import RSRConfig, RSRLoop, rsr_table
 from twinloop.cli.common import console, guard, one_of, progress_bar
 from twinloop.data.episodes import Dataset, load_lerobot
 from twinloop.errors import TwinloopError

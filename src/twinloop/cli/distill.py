@@ -8,7 +8,7 @@ from rich.table import Table
 from twinloop.cli.common import console, guard, one_of, progress_ticks, results_table
 from twinloop.errors import TwinloopError
 from twinloop.plan import OPTIMIZERS
-from twinloop.policies.distill_loop import DistillConfig, run_distill
+from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import TASKS
 from twinloop.worlds import WORLDS
 
