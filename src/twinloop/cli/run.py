@@ -7,26 +7,34 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from twinloop.cli.common import console, guard, one_of, progress_ticks, results_table
+from twinloop.cli.common import (
+    console,
+    executor_options,
+    guard,
+    one_of,
+    progress_ticks,
+    results_table,
+)
+from twinloop.control import RefinerConfig
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig
 from twinloop.policies import PROPOSERS
 from twinloop.run.compare import RunConfig, run_comparison
+from twinloop.run.executor import EXECUTORS
 from twinloop.tasks import TASKS, make_task
 from twinloop.twin import BACKENDS
 from twinloop.worlds import WORLDS
 
 
-def _run(cfg) -> dict:
+def _run(cfg, executor: str = "serial", address: str | None = None) -> dict:
     console.print(f"[bold]twinloop[/] {cfg.task}: {cfg.proposer} proposer vs + {cfg.optimizer} refinement "
-                  f"(K={cfg.num_samples}, {cfg.horizon:g} s horizon, {cfg.backend}) in a {cfg.world} world")
-    with progress_ticks() as tick:
-        summary = run_comparison(cfg, progress=tick, log=console.print)
+                  f"(K={cfg.refiner.num_samples}, {cfg.refiner.horizon:g} s horizon, {cfg.backend}) in a {cfg.world} world")
+    with executor_options(executor, address) as ex, progress_ticks() as tick:
+        summary = run_comparison(cfg, progress=tick, log=console.print, executor=ex)
     console.print(results_table(summary))
     out = Path(cfg.out)
     console.print(f"wall time {summary['wall_time_s']:.0f} s; wrote {out / 'summary.json'}, "
                   f"{out / 'comparison.png'}" + (f", {summary['video']}" if "video" in summary else ""))
     return summary
-
 
 
 @guard
@@ -63,12 +71,15 @@ def run(
                                      "(default: $TWINLOOP_LLM_BASE_URL). Key: $OPENAI_API_KEY."),
     llm_model: str = typer.Option(None, help="llm+*: model name (default: $TWINLOOP_LLM_MODEL)."),
     llm_timeout: float = typer.Option(30.0, help="llm+*: seconds per request."),
+    executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
+    address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
 ):
     """The demo's experiment with every choice as an option."""
-    _run(RunConfig(task=task, optimizer=optimizer, backend=backend, num_samples=num_samples, horizon=horizon,
-                   iterations=iterations, world=world, severity=severity, proposer=proposer, episodes=episodes,
-                   seed=seed, max_ticks=max_ticks or None, out=out, video=video, record=record,
-                   refiner={"risk": risk}, llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)))
+    rcfg = RefinerConfig(num_samples=num_samples, horizon=horizon, iterations=iterations, risk=risk)
+    _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
+                   proposer=proposer, episodes=episodes, seed=seed, max_ticks=max_ticks or None, out=out,
+                   video=video, record=record,
+                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)), executor, address)
 
 
 def tasks():

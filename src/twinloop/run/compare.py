@@ -10,20 +10,27 @@ Writes to ``cfg.out``::
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.data.episodes import Dataset
 from twinloop.errors import TwinloopError, choose
 from twinloop.io import write_json
 from twinloop.plan import LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
+from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
+from twinloop.run.experiment import run_episode, summarize
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
+from twinloop.viz.plots import plot_comparison
+from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
 from twinloop.worlds import WORLDS, make_world
 
 
@@ -34,11 +41,10 @@ class RunConfig:
     Attributes:
         task: a registered task (``twinloop.tasks.TASKS``).
         optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
-            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs ``iterations >= 2``.
+            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs
+            ``refiner.iterations >= 2``.
         backend: a twin backend (``twinloop.twin.BACKENDS``).
-        num_samples: K candidates per refine iteration.
-        horizon: planning horizon (s).
-        iterations: refine iterations per control tick.
+        refiner: the refiner's knobs (K candidates, horizon, iterations per tick, risk ...).
         world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
             noise, delay) | ``nominal`` (the twin itself).
         severity: ShiftedWorld severity (0-3).
@@ -50,16 +56,13 @@ class RunConfig:
         out: output folder.
         video: render one refined episode with ghost rollouts.
         record: write every episode to ``out/episodes``.
-        refiner: extra :class:`~twinloop.control.RefinerConfig` fields.
         llm: the language model of an ``llm+...`` optimizer.
     """
 
     task: str = "push-t"
     optimizer: str = "mppi"
     backend: str = "mujoco"
-    num_samples: int = 64
-    horizon: float = 1.0
-    iterations: int = 1
+    refiner: RefinerConfig = field(default_factory=RefinerConfig)
     world: str = "shifted"
     severity: int = 2
     proposer: str = "scripted"
@@ -69,15 +72,16 @@ class RunConfig:
     out: str = "twinloop-out"
     video: bool = True
     record: bool = True
-    refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
     llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
         choose("world", self.world, tuple(WORLDS))
         choose("proposer", self.proposer, tuple(PROPOSERS))
-        if self.optimizer.startswith("llm") and self.iterations < 2:
+        if not isinstance(self.refiner, RefinerConfig):
+            raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        if self.optimizer.startswith("llm") and self.refiner.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
-                                f"batch: it needs iterations >= 2, got {self.iterations}")
+                                f"batch: it needs iterations >= 2, got {self.refiner.iterations}")
         if self.episodes < 1:
             raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
         if not 0 <= self.severity <= 3:
@@ -90,10 +94,15 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
     world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
-    rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
-                         seed=cfg.seed, **cfg.refiner)
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), rcfg, keep_rollouts=keep_rollouts)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner, keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
+
+
+def controller_in_world(cfg: RunConfig, name: str):
+    """``(world, controller)`` of the comparison's controller ``name`` (``base`` | ``refined``):
+    the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`."""
+    _, world, proposer, refiner = build(cfg)
+    return world, Controller(refiner, proposer, refine=name == "refined")
 
 
 def episode_seeds(cfg: RunConfig) -> list[int]:
@@ -104,7 +113,6 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
     (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
     ones highlighted and the chosen plan marked."""
-    from twinloop.viz.video import ghosts_from_rollouts
 
     def f(tick):
         res = tick.result
@@ -120,37 +128,34 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     return f
 
 
-def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print) -> dict:
+def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print,
+                   executor: Executor | None = None) -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
-    ``progress(label, done, total)`` is called after each episode (for progress bars).
+    ``progress(label, done, total)`` is called after each episode (for progress bars);
+    ``executor`` says where episodes run (default: serially here; the same results either way).
     """
-    from twinloop.run.experiment import run_episode, summarize
-
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    task, world, proposer, refiner = build(cfg)
+    task, world, proposer, _ = build(cfg)
     seeds = episode_seeds(cfg)
-    controllers = []
-    if proposer is not None:
-        controllers.append(("base", Controller(refiner, proposer, refine=False)))
-    controllers.append(("refined", Controller(refiner, proposer, refine=True)))
-    results = []
-    all_eps = {}
-    t_start = time.perf_counter()
-    for name, ctl in controllers:
-        ds = _dataset(out / "episodes" / name, cfg, task, world, name) if cfg.record else None
-        eps = []
-        for i, s in enumerate(seeds):
-            r = run_episode(world, ctl, s, max_ticks=cfg.max_ticks, episode_index=i, record=ds is not None)
-            if ds is not None:
-                ds.write(r.recorder)
+    names = (["base"] if proposer is not None else []) + ["refined"]
+    datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if cfg.record else {}
+    batches = [EpisodeBatch(partial(controller_in_world, cfg, n), seeds,
+                            options={"max_ticks": cfg.max_ticks, "record": cfg.record}) for n in names]
+    counts = dict.fromkeys(names, 0)
+
+    def on_episode(b: int, r) -> None:
+        name = names[b]
+        if r.recorder is not None:  # written as it arrives: a failure later loses no episode
+            datasets[name].write(r.recorder)
             r.recorder = None
-            eps.append(r)
-            if progress is not None:
-                progress(name, i + 1, len(seeds))
-        all_eps[name] = eps
-        results.append(summarize(name, eps))
+        counts[name] += 1
+        if progress is not None:
+            progress(name, counts[name], len(seeds))
+
+    t_start = time.perf_counter()
+    all_eps = dict(zip(names, (executor or SerialExecutor()).run(batches, on_episode), strict=True))
     summary = {
         "task": task.name,
         "world": world.describe(),
@@ -158,20 +163,13 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "episodes": cfg.episodes,
         "config": asdict(cfg),
         "wall_time_s": time.perf_counter() - t_start,
-        "results": results,
+        "results": [summarize(n, eps) for n, eps in all_eps.items()],
         "per_episode": {k: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
                              "ticks": e.ticks} for e in v] for k, v in all_eps.items()},
     }
     write_json(out / "summary.json", summary)
-    try:
-        from twinloop.viz.plots import plot_comparison
-
-        plot_comparison(summary, out / "comparison.png")
-    except ImportError:  # pragma: no cover
-        log("plotting unavailable (matplotlib missing)")
+    plot_comparison(summary, out / "comparison.png")
     if cfg.video:
-        from twinloop.viz.video import RenderingUnavailable
-
         try:
             summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4"))
             write_json(out / "summary.json", summary)
@@ -186,9 +184,6 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
     Picks the first successful episode (the first one if none succeeded); the same seed gives
     the same episode, so this is the episode reported in the table.
     """
-    from twinloop.run.experiment import run_episode
-    from twinloop.viz.video import render_episode
-
     task, world, proposer, refiner = build(cfg, keep_rollouts=True)
     pick = next((e for e in episodes if e.success), episodes[0] if episodes else None)
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
@@ -200,10 +195,6 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
     """A fresh dataset for this run's episodes (a previous run's in the same folder is replaced)."""
-    import shutil
-
-    from twinloop.data.episodes import Dataset
-
     if root.exists():
         shutil.rmtree(root)
 

@@ -107,15 +107,20 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     )
 
 
-def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None,
+def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None, first_index: int = 0,
                  progress: Callable[[EpisodeResult], None] | None = None, **kw) -> list[EpisodeResult]:
-    """Run one episode per seed; write each to ``dataset`` (if given) as soon as it ends."""
+    """Run one episode per seed; write each to ``dataset`` (if given) as soon as it ends.
+
+    Episodes are numbered from ``first_index`` (from the dataset's length when writing to one);
+    ``progress(result)`` is called after each. Every command's episodes go through here, in this
+    process or on an executor's worker (:mod:`twinloop.run.executor`).
+    """
     if len(seeds) == 0:
         raise TwinloopError("no seeds given: need at least one episode")
     record = kw.pop("record", True) or dataset is not None
     out = []
     for i, seed in enumerate(seeds):
-        index = i if dataset is None else len(dataset)
+        index = first_index + i if dataset is None else len(dataset)
         r = run_episode(world, controller, int(seed), episode_index=index, record=record, **kw)
         if dataset is not None:
             dataset.write(r.recorder)
