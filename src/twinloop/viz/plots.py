@@ -203,3 +203,42 @@ def plot_rounds(rounds: Sequence[Mapping], path: str | os.PathLike) -> Path:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_evaluation(evaluation: Mapping, path: str | os.PathLike) -> Path:
+    """Twin vs world success, one point per policy and twin (95% Wilson intervals on both axes),
+    the diagonal (a perfect twin) drawn; each twin's Pearson r and MMRV in the legend.
+
+    Args:
+        evaluation: ``summary["evaluation"]`` of ``twinloop evaluate`` (``policies`` with
+            ``world_success``, ``world_ci`` and ``twins: {name: {success, ci}}``; ``twins`` with
+            ``pearson`` and ``mmrv`` per twin).
+        path: PNG to write.
+    """
+    _need(evaluation, ("policies", "twins"), "evaluation")
+    policies = evaluation["policies"]
+    if not isinstance(policies, Sequence) or not policies:
+        raise TwinloopError("evaluation['policies'] must be a non-empty list")
+    fig = Figure(figsize=(5.6, 5.2))
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], color="0.5", lw=1, ls="--", label="twin = world")
+    for k, (name, m) in enumerate(evaluation["twins"].items()):
+        xs, ys, xe, ye = [], [], [[], []], [[], []]
+        for i, p in enumerate(policies):
+            where = f"evaluation['policies'][{i}]"
+            _need(p, ("name", "world_success", "world_ci", "twins"), where)
+            x, y = _num(p["world_success"], where), _num(p["twins"][name]["success"], where)
+            (xl, xh), (yl, yh) = _interval(p["world_ci"], where), _interval(p["twins"][name]["ci"], where)
+            xs.append(x), ys.append(y)
+            xe[0].append(max(x - xl, 0)), xe[1].append(max(xh - x, 0))
+            ye[0].append(max(y - yl, 0)), ye[1].append(max(yh - y, 0))
+            if k == len(evaluation["twins"]) - 1:
+                ax.annotate(str(p["name"]), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.errorbar(xs, ys, xerr=xe, yerr=ye, fmt="os^"[k % 3], capsize=2, alpha=0.85,
+                    label=f"{name}: r {m['pearson']:.2f}, MMRV {m['mmrv']:.3f}")
+    ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), xlabel="world success (95% Wilson CI)",
+           ylabel="twin success", title=f"twin vs world, {len(policies)} policies", aspect="equal")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,115 @@
+"""The twin as a world: the task's scene with given parameters, delay, noise and engine settings.
+
+Evaluating a policy "in the twin" means running it in a world built from the twin's model:
+``TwinWorld(task)`` is the nominal twin itself; ``TwinWorld(task, estimate, delay_steps=d,
+obs_noise=s)`` is a calibrated twin that also carries the actuation delay and observation
+noise estimated from world data (a world with noise and delay is only predicted by a twin that
+has them too); ``engine=Engine(...)`` swaps solver settings (cross-engine studies).
+:class:`~twinloop.worlds.shifted.ShiftedWorld` is a TwinWorld whose values are drawn and hidden.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import mujoco
+import numpy as np
+
+from twinloop.errors import TwinloopError, as_array
+from twinloop.params import ParamSpace
+from twinloop.tasks.base import Task
+from twinloop.twin.engine import Engine
+from twinloop.worlds.base import SimWorld
+
+
+class TwinWorld(SimWorld):
+    """The task's scene with parameter values, actuation delay, observation noise and engine
+    settings, each optional.
+
+    Args:
+        task: the task (its nominal model is the starting point).
+        params: ``(n,)`` values of ``space`` written into the model (default: nominal).
+        space: the parameter space of ``params`` (default: ``task.param_space()``).
+        delay_steps: actuation delay in physics steps of the *task's* timestep (what
+            calibration estimates); rescaled when ``engine`` changes the timestep.
+        obs_noise: ``(len(task.obs_names),)`` Gaussian observation noise std per entry
+            (default: none), seeded by ``reset(seed)``.
+        engine: solver settings (default: the model's own).
+
+    Attributes:
+        params: the parameter values in the model (``(n,)``).
+        param_space: their space.
+        delay_steps: actuation delay in this world's physics steps.
+        obs_noise: ``(n_obs,)`` noise std.
+        engine: the engine settings.
+    """
+
+    name = "twin"
+
+    def __init__(self, task: Task, params=None, *, space: ParamSpace | None = None, delay_steps: int = 0,
+                 obs_noise=None, engine: Engine | None = None):
+        self.param_space = space if space is not None else task.param_space()
+        self.params = self.param_space.nominal if params is None else self.param_space.check(
+            as_array(params, "params", (len(self.param_space),)), "params")
+        self.engine = engine or Engine()
+        model = task.model if params is None else self.param_space.apply(task.model, self.params)
+        model = self.engine.apply(model)
+        super().__init__(task, model)
+        if abs(self.substeps * model.opt.timestep - task.control_period) > 1e-9:
+            raise TwinloopError(f"timestep {model.opt.timestep} does not divide the control period {task.control_period}")
+        if isinstance(delay_steps, bool) or int(delay_steps) != delay_steps or delay_steps < 0:
+            raise TwinloopError(f"delay_steps must be an integer >= 0, got {delay_steps!r}")
+        self.delay_steps = int(round(delay_steps * task.model.opt.timestep / model.opt.timestep))
+        n_obs = len(task.obs_names)
+        self.obs_noise = np.zeros(n_obs) if obs_noise is None else as_array(obs_noise, "obs_noise", (n_obs,))
+        if np.any(self.obs_noise < 0):
+            raise TwinloopError(f"obs_noise must be >= 0, got {self.obs_noise}")
+        self._queue: deque[np.ndarray] = deque()
+
+    def reset(self, seed: int) -> np.ndarray:
+        obs = super().reset(seed)  # seeds self.rng, then observes once (noise drawn from it)
+        hold = self.data.ctrl.copy()
+        self._queue = deque(hold.copy() for _ in range(self.delay_steps))
+        return obs
+
+    def step(self, action) -> tuple[np.ndarray, dict]:
+        a = as_array(action, "action", (self.model.nu,))
+        lo, hi = self.task.action_low, self.task.action_high
+        if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
+            raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        for _ in range(self.substeps):
+            # the command sent now reaches the actuators delay_steps physics steps later
+            self._queue.append(a.copy())
+            self.data.ctrl[:] = self._queue.popleft()
+            mujoco.mj_step(self.model, self.data)
+        self.t += 1
+        return self._observe(), self.info()
+
+    def _observe(self) -> np.ndarray:
+        obs = self.task.obs_from_data(self.model, self.data)
+        if self.obs_noise.any():
+            obs = obs + self.rng.normal(0.0, 1.0, obs.shape) * self.obs_noise
+        return obs
+
+    def describe(self) -> dict:
+        """JSON-serializable: the parameter values, noise, delay and solver settings."""
+        opt = self.model.opt
+        space = self.param_space
+        return {
+            "world": self.name,
+            "task": self.task.name,
+            "params": {n: float(v) for n, v in zip(space.names, self.params, strict=True)},
+            "nominal": {n: float(v) for n, v in zip(space.names, space.nominal, strict=True)},
+            "obs_noise": {n: float(s) for n, s in zip(self.task.obs_names, self.obs_noise, strict=True)},
+            "delay_steps": int(self.delay_steps),
+            "delay_s": float(self.delay_steps * opt.timestep),
+            "engine": self.engine.label,
+            "solver": {
+                "integrator": mujoco.mjtIntegrator(opt.integrator).name,
+                "cone": mujoco.mjtCone(opt.cone).name,
+                "solref_scale": float(self.engine.timeconst),
+            },
+        }
+
+
+__all__ = ["TwinWorld"]
