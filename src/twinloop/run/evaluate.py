@@ -21,7 +21,8 @@ other policies. ``engines=`` adds the cross-engine report (:mod:`twinloop.run.en
 
 Writes to ``out``: ``summary.json`` (shared schema: ``results`` are the world's rows; plus
 ``evaluation``), ``evaluation.png`` (twin vs world success, one point per policy and twin,
-diagonal drawn) and the world episodes under ``episodes/world/<policy>``.
+diagonal drawn), ``posterior.json`` (the calibration, reusable as ``posterior=``) and the world
+episodes under ``episodes/world/<policy>``.
 """
 
 from __future__ import annotations
@@ -241,6 +242,8 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     labels = [s.label for s in specs]
     seeds = cfg.episode_seeds()
     est = estimate_twin(cfg, task, world, log) if any(t != "nominal" for t in cfg.twins) else None
+    if est is not None and est.posterior is not None:
+        write_json(out / "posterior.json", est.posterior.to_dict(), allow_nan=False)  # reusable: posterior=
     engines = [Engine.parse(e) for e in cfg.engines]
     sides = dict(_world_factories(cfg, est))
     base = cfg.twins[-1]

@@ -23,6 +23,8 @@ BACKENDS: dict[str, tuple[str | Callable[..., Twin], str | None]] = {
     "mujoco": ("twinloop.twin.mujoco:MujocoTwin", None),
     "mjx": ("twinloop.twin.mjx:MjxTwin", "gpu"),
     "warp": ("twinloop.twin.warp:WarpTwin", "warp"),
+    "learned": ("twinloop.twin.learned:LearnedTwin", "learn"),
+    "hybrid": ("twinloop.twin.learned:HybridTwin", "learn"),
 }
 
 
