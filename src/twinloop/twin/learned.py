@@ -114,10 +114,17 @@ class Dynamics:
     losses: list[float] = field(default_factory=list)
 
     def features(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """Positions, pairwise differences of the non-angle positions (contacts depend on where
+        bodies are relative to each other, which a network finds hard to learn from absolute
+        coordinates), angles as (sin, cos), velocities, and the action relative to each
+        non-angle position (a position target is about where the actuator is)."""
         nq = len(self.hinge)
         q = states[..., :nq]
-        ang = q[..., self.hinge]
-        return np.concatenate([q[..., ~self.hinge], np.sin(ang), np.cos(ang), states[..., nq:], actions], axis=-1)
+        lin, ang = q[..., ~self.hinge], q[..., self.hinge]
+        i, j = np.triu_indices(lin.shape[-1], 1)
+        rel = (actions[..., :, None] - lin[..., None, :]).reshape(*actions.shape[:-1], -1)
+        return np.concatenate([lin, lin[..., i] - lin[..., j], np.sin(ang), np.cos(ang), states[..., nq:], actions, rel],
+                              axis=-1)
 
     def predict(self, states: np.ndarray, actions: np.ndarray, per_member: bool = False) -> np.ndarray:
         """``(E, B, nstate)`` state change over one tick; ``per_member``: row ``e`` of ``states``
