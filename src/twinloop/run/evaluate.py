@@ -50,10 +50,11 @@ from twinloop.run.experiment import summarize
 from twinloop.run.policy import PolicySpec, policy_controller
 from twinloop.stats import mmrv, pearson, spearman, wilson
 from twinloop.tasks import make_task
+from twinloop.twin import BACKENDS, make_twin
 from twinloop.twin.engine import Engine
 from twinloop.viz.plots import plot_evaluation
 from twinloop.worlds import WORLDS, make_world
-from twinloop.worlds.twin import TwinWorld
+from twinloop.worlds.twin import ModelWorld, TwinWorld
 
 TWINS = ("nominal", "calibrated", "calibrated-physics")
 
@@ -84,6 +85,8 @@ class EvaluateConfig:
         calib_ticks: their length (ticks).
         posterior: a saved posterior (``posterior.json`` of ``twinloop calibrate``) to use
             instead of calibrating.
+        models: saved learned twins as more twin-worlds, ``backend=path`` (``learned=l.pt``,
+            ``hybrid=h.pt``), each stepped as a :class:`~twinloop.worlds.twin.ModelWorld`.
         engines: engine variants for the cross-engine report (``Engine.parse`` strings).
         plan_states: world states at which refinement's selected plan is compared across engines.
         n_boot: bootstrap resamples.
@@ -104,6 +107,7 @@ class EvaluateConfig:
     calib_episodes: int = 10
     calib_ticks: int = 60
     posterior: str | None = None
+    models: tuple[str, ...] = ()
     engines: tuple[str, ...] = ()
     plan_states: int = 30
     n_boot: int = 1000
@@ -112,7 +116,7 @@ class EvaluateConfig:
 
     def __post_init__(self):
         choose("world", self.world, tuple(WORLDS))
-        for name in ("policies", "twins", "engines"):
+        for name in ("policies", "twins", "engines", "models"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if len(self.policies) < 2:
             raise TwinloopError(f"policies: need at least two to compare rankings, got {len(self.policies)}")
@@ -126,6 +130,11 @@ class EvaluateConfig:
             choose("twin", t, TWINS)
         for e in self.engines:
             Engine.parse(e)
+        for m in self.models:
+            backend, sep, path = m.partition("=")
+            choose("backend", backend, tuple(BACKENDS))
+            if not sep or not path:
+                raise TwinloopError(f"models: entries look like backend=path, got {m!r}")
         for name in ("episodes", "calib_episodes", "calib_ticks", "n_boot"):
             if getattr(self, name) < 1:
                 raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -181,8 +190,17 @@ def policy_in_world(task_name: str, world_factory: Callable, spec: PolicySpec):
     return world_factory(task), policy_controller(task, spec)
 
 
+def model_world(backend: str, path: str, task) -> ModelWorld:
+    """A saved twin (``learned``, ``hybrid``) of ``task`` as a world."""
+    return ModelWorld(task, make_twin(backend, task.model, task.param_space(), checkpoint=path))
+
+
 def _world_factories(cfg: EvaluateConfig, est: TwinEstimate | None, engine: Engine | None = None) -> dict[str, Callable]:
     out = {"world": partial(make_world, name=cfg.world, severity=cfg.severity, seed=cfg.world_seed)} if engine is None else {}
+    if engine is None:
+        for m in cfg.models:
+            backend, _, path = m.partition("=")
+            out[backend] = partial(model_world, backend, path)
     for t in cfg.twins:
         if t == "nominal":
             out[t] = partial(TwinWorld, engine=engine)
@@ -280,14 +298,15 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         eps[side][labels[i]] = res
     outcome = {side: np.array([[e.success for e in eps[side][lab]] for lab in labels], float) for side in sides}
 
-    twins = {t: ranking_metrics(outcome[t], outcome["world"], cfg.n_boot, cfg.seed) for t in cfg.twins}
+    compared = [*(m.partition("=")[0] for m in cfg.models), *cfg.twins]
+    twins = {t: ranking_metrics(outcome[t], outcome["world"], cfg.n_boot, cfg.seed) for t in compared}
     n = len(seeds)
     policies = []
     for i, (spec, lab) in enumerate(zip(specs, labels, strict=True)):
         k_w = int(outcome["world"][i].sum())
         row = {"name": lab, "spec": cfg.policies[i], "refined": spec.refined,
                "world_success": k_w / n, "world_ci": list(wilson(k_w, n)), "twins": {}}
-        for t in cfg.twins:
+        for t in compared:
             k = int(outcome[t][i].sum())
             row["twins"][t] = {"success": k / n, "ci": list(wilson(k, n))}
         row["twin_success"], row["twin_ci"] = row["twins"][base]["success"], row["twins"][base]["ci"]

@@ -365,6 +365,9 @@ class HybridTwin(_TickTwin):
         model: the scene, simulated by a CPU MuJoCo twin.
         param_space: parameters ``rollout(..., params=)`` may vary (as :class:`MujocoTwin`).
         dynamics / checkpoint / control_period: the residual ensemble, as :class:`LearnedTwin`.
+        base_params: ``(n,)`` values of ``param_space`` the residual was learned against (e.g. a
+            calibrated estimate; a checkpoint stores them); they are the twin's own model, so
+            ``params=None`` simulates them.
         nthread, max_speed: of the MuJoCo twin.
     """
 
@@ -372,10 +375,19 @@ class HybridTwin(_TickTwin):
     kind = "hybrid"
 
     def __init__(self, model: mujoco.MjModel, param_space: ParamSpace | None = None, *, dynamics: Dynamics | None = None,
-                 checkpoint: str | None = None, control_period: float | None = None, nthread: int | None = None,
-                 max_speed: float = 1e3):
+                 checkpoint: str | None = None, control_period: float | None = None, base_params=None,
+                 nthread: int | None = None, max_speed: float = 1e3):
         super().__init__(model, param_space, dynamics, checkpoint, control_period, max_speed)
-        self.physics = MujocoTwin(model, self.param_space, nthread=nthread, max_speed=max_speed)
+        if base_params is None and self.meta.get("params") is not None:
+            base_params = np.array(self.meta["params"])
+        self.base_params = None if base_params is None else self.param_space.check(
+            as_array(base_params, "base_params", (len(self.param_space),)), "base_params")
+        if self.base_params is not None:
+            self.model = self.param_space.apply(model, self.base_params)
+        self.physics = MujocoTwin(self.model, self.param_space, nthread=nthread, max_speed=max_speed)
+
+    def save(self, path: str | os.PathLike, params=None) -> Path:
+        return super().save(path, self.base_params if params is None else params)
 
     @classmethod
     def fit(cls, model: mujoco.MjModel, trajectories: Sequence, control_period: float,
@@ -384,11 +396,10 @@ class HybridTwin(_TickTwin):
         """Learn the residual between world transitions and the MuJoCo twin's prediction under
         ``params`` (``(n,)`` values of ``param_space``; default nominal)."""
         twin = cls(model, param_space, dynamics=Dynamics(None, {}, hinge_positions(model), EnsembleConfig()),
-                   control_period=control_period)
+                   control_period=control_period, base_params=params)
         n = model.nq + model.nv
         s, a, nxt = transitions(trajectories, n, model.nu)
-        p = None if params is None else np.atleast_2d(params)
-        pred = twin._physics_tick(np.concatenate([s, np.zeros((len(s), model.na))], axis=1), a, p)
+        pred = twin._physics_tick(np.concatenate([s, np.zeros((len(s), model.na))], axis=1), a, None)
         hinge = hinge_positions(model)
         twin.dynamics = fit_dynamics(s, a, _wrap_delta(nxt - pred[0], hinge), hinge, config or EnsembleConfig(),
                                      progress=progress)

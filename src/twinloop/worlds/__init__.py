@@ -12,7 +12,7 @@ from twinloop.errors import TwinloopError, choose
 from twinloop.worlds.base import SimWorld, World
 from twinloop.worlds.gym import GymWorld
 from twinloop.worlds.shifted import ShiftedWorld, shifted_params
-from twinloop.worlds.twin import TwinWorld
+from twinloop.worlds.twin import ModelWorld, TwinWorld
 
 
 def _nominal(task, **_) -> World:
@@ -39,4 +39,4 @@ def make_world(task, name: str, **options) -> World:
     return world
 
 
-__all__ = ["WORLDS", "GymWorld", "ShiftedWorld", "SimWorld", "TwinWorld", "World", "make_world", "shifted_params"]
+__all__ = ["WORLDS", "GymWorld", "ModelWorld", "ShiftedWorld", "SimWorld", "TwinWorld", "World", "make_world", "shifted_params"]

@@ -4,7 +4,8 @@ Evaluating a policy "in the twin" means running it in a world built from the twi
 ``TwinWorld(task)`` is the nominal twin itself; ``TwinWorld(task, estimate, delay_steps=d,
 obs_noise=s)`` is a calibrated twin that also carries the actuation delay and observation
 noise estimated from world data (a world with noise and delay is only predicted by a twin that
-has them too); ``engine=Engine(...)`` swaps solver settings (cross-engine studies).
+has them too); ``engine=Engine(...)`` swaps solver settings (cross-engine studies). :class:`ModelWorld` makes a
+world of any twin, e.g. a learned one.
 :class:`~twinloop.worlds.shifted.ShiftedWorld` is a TwinWorld whose values are drawn and hidden.
 """
 
@@ -19,7 +20,7 @@ from twinloop.errors import TwinloopError, as_array
 from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
 from twinloop.twin.engine import Engine
-from twinloop.worlds.base import SimWorld
+from twinloop.worlds.base import SimWorld, World
 
 
 class TwinWorld(SimWorld):
@@ -112,4 +113,56 @@ class TwinWorld(SimWorld):
         }
 
 
-__all__ = ["TwinWorld"]
+class ModelWorld(World):
+    """Any twin (e.g. a learned one) stepped one control tick at a time, as a world.
+
+    Each ``step`` rolls the twin out for one tick holding the action, from the current state; a
+    twin with several particles (a learned twin's ensemble members) moves to their mean. The
+    observation is the task's, read from the state; there is no noise and no delay beyond what
+    the twin itself learned. Episodes start from ``task.initial_state`` as every world does.
+
+    Args:
+        task: the task.
+        twin: a :class:`~twinloop.twin.base.Twin` of ``task.model``'s scene.
+    """
+
+    name = "model"
+
+    def __init__(self, task: Task, twin):
+        if twin.nu != task.nu:
+            raise TwinloopError(f"twin has {twin.nu} actuators but task {task.name!r} has {task.nu}")
+        self.task, self.twin = task, twin
+        self.substeps = int(round(task.control_period / twin.dt))
+        self.data = mujoco.MjData(task.model)
+        self.state = np.zeros(task.nstate)
+        self.t = 0
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.state = self.task.initial_state(np.random.default_rng([seed, 0]))
+        self.t = 0
+        return self._observe()
+
+    def step(self, action) -> tuple[np.ndarray, dict]:
+        a = as_array(action, "action", (self.task.nu,))
+        r = self.twin.rollout(self.state, np.repeat(a[None, None], self.substeps, axis=1))
+        m = self.task.model
+        self.state = np.concatenate([r.qpos[:, 0, -1].mean(axis=0), r.qvel[:, 0, -1].mean(axis=0), self.state[m.nq + m.nv :]])
+        self.t += 1
+        return self._observe(), self.info()
+
+    def info(self) -> dict:
+        m = self.task.model
+        return {"time": self.t * self.task.control_period, "qpos": self.state[: m.nq].copy(),
+                "qvel": self.state[m.nq : m.nq + m.nv].copy()}
+
+    def _observe(self) -> np.ndarray:
+        m, d = self.task.model, self.data
+        d.qpos[:], d.qvel[:] = self.state[: m.nq], self.state[m.nq : m.nq + m.nv]
+        mujoco.mj_forward(m, d)
+        return self.task.obs_from_data(m, d)
+
+    def describe(self) -> dict:
+        return {"world": self.name, "task": self.task.name, "twin": type(self.twin).__name__}
+
+
+__all__ = ["ModelWorld", "TwinWorld"]
