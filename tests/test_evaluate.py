@@ -102,6 +102,20 @@ def test_the_nominal_twin_world_has_no_noise_no_delay_and_the_nominal_parameters
     np.testing.assert_allclose(w.param_space.read(w.model), push_t.param_space().nominal)
 
 
+def test_a_model_world_of_the_mujoco_twin_steps_like_the_twin_world(push_t):
+    from twinloop.twin import make_twin
+    from twinloop.worlds import ModelWorld
+
+    model, sim = ModelWorld(push_t, make_twin("mujoco", push_t.model)), TwinWorld(push_t)
+    np.testing.assert_allclose(model.reset(4), sim.reset(4), atol=1e-12)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        a = rng.uniform(push_t.action_low, push_t.action_high)
+        (o1, i1), (o2, i2) = model.step(a), sim.step(a)
+        np.testing.assert_allclose(o1, o2, atol=1e-9)
+        np.testing.assert_allclose(i1["qpos"], i2["qpos"], atol=1e-9)
+
+
 def test_engine_settings_parse_apply_and_leave_the_model_alone(push_t):
     e = Engine.parse("integrator=rk4+timeconst=2+iterations=3")
     assert e == Engine(integrator="rk4", timeconst=2.0, iterations=3) and Engine.parse(e.label) == e
