@@ -238,7 +238,7 @@ def plot_evaluation(evaluation: Mapping, path: str | os.PathLike) -> Path:
                     label=f"{name}: r {m['pearson']:.2f}, MMRV {m['mmrv']:.3f}")
     ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), xlabel="world success (95% Wilson CI)",
            ylabel="twin success", title=f"twin vs world, {len(policies)} policies", aspect="equal")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
