@@ -103,3 +103,16 @@ def test_the_refiner_plans_in_a_learned_twin_over_its_members(task, learned, hea
     res = ref.refine(task.state_from_obs(obs))
     assert res.n_rollouts == SMALL.members * 8 and np.isfinite(res.cost)
     assert res.plan.knots.shape == (ref.spec.n_knots, task.nu)
+
+
+def test_evaluate_takes_saved_learned_twins_as_worlds_and_as_the_refiners_twin(task, learned, tmp_path):
+    from twinloop.run.evaluate import EvaluateConfig, run_evaluation
+
+    path = learned.save(tmp_path / "learned.pt")
+    cfg = EvaluateConfig(task="block-push", policies=("scripted", f"scripted+mppi@k=8,backend=learned,twin={path}"),
+                         episodes=2, max_ticks=5, twins=("nominal",), models=(f"learned={path}",), n_boot=20,
+                         record=False, out=str(tmp_path / "eval"))
+    s = run_evaluation(cfg, log=lambda m: None)
+    assert set(s["evaluation"]["twins"]) == {"learned", "nominal"}
+    assert set(s["per_episode"]) == {"world", "learned", "nominal"}
+    assert all(len(v) == 2 for v in s["per_episode"]["learned"].values())
