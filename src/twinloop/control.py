@@ -475,7 +475,7 @@ class AsyncController(Controller):
         try:
             while True:
                 with self._cv:
-                    self._cv.wait_for(lambda: not self._running or (self._mail is not None and self._mail[2] > planned))
+                    self._cv.wait_for(lambda last=planned: not self._running or (self._mail is not None and self._mail[2] > last))
                     if not self._running:
                         return
                     obs, t_obs, planned = self._mail
