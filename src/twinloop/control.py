@@ -2,13 +2,26 @@
 
 One refine iteration::
 
-    candidates = clip([mean, prior, optimizer.sample(K - 2)])      (K, N, nu) knots
+    candidates = clip([mean, prior, carried, optimizer.sample(K - 2 - M)])   (K, N, nu) knots
     rollouts   = twin.rollout(state, basis.controls(candidates), params)
     J          = risk(task.cost(rollouts), over parameter particles)   (K,)
     state      = optimizer.update(finite candidates, finite J)
 
 Everything an optimizer would otherwise repeat (clipping, keeping the incumbent and the base
 proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) is here.
+
+Simulating less for the same decision (what a real-time loop asks for):
+
+- a coarser twin (``make_twin(..., timestep=)``; :func:`check_timestep` tests that it ranks
+  candidates as the fine one does and stays stable);
+- ``prune``: roll every candidate to a fraction of the horizon, score that stretch, and
+  continue only the best ``prune_keep`` of them (the incumbent and the prior always); the
+  rest are dropped (cost ``inf``);
+- ``carry``: the ``M`` lowest-cost candidates of the last tick, shifted one tick, join the
+  batch (the controller passes them back as ``carry``), so good plans found once are not
+  left to chance again.
+
+``RefineResult.n_steps`` counts the physics steps simulated (the speed study's unit).
 """
 
 from __future__ import annotations
@@ -41,6 +54,9 @@ class RefinerConfig:
         risk: aggregation over parameter particles: ``mean`` | ``worst`` | ``cvar``.
         cvar_alpha: tail fraction for ``cvar``.
         seed: seed of the sampling stream.
+        prune: fraction of the horizon after which the worst candidates stop (0: never).
+        prune_keep: fraction of the candidates that continue past ``prune``.
+        carry: last tick's best candidates carried into this tick's batch.
     """
 
     num_samples: int = 64
@@ -52,6 +68,9 @@ class RefinerConfig:
     risk: str = "mean"
     cvar_alpha: float = 0.25
     seed: int = 0
+    prune: float = 0.0
+    prune_keep: float = 0.5
+    carry: int = 0
 
     def __post_init__(self):
         if self.num_samples < 2:
@@ -64,6 +83,12 @@ class RefinerConfig:
             raise TwinloopError(f"deadline must be > 0 s or None, got {self.deadline}")
         choose("spline", self.spline, KINDS)
         choose("risk", self.risk, RISKS)
+        if not 0 <= self.prune < 1:
+            raise TwinloopError(f"prune must be in [0, 1), got {self.prune}")
+        if not 0 < self.prune_keep <= 1:
+            raise TwinloopError(f"prune_keep must be in (0, 1], got {self.prune_keep}")
+        if not 0 <= self.carry <= self.num_samples - 2:
+            raise TwinloopError(f"carry must be in [0, num_samples - 2], got {self.carry}")
 
 
 @dataclass
@@ -80,6 +105,8 @@ class RefineResult:
         seconds: wall time.
         rollouts: the last iteration's rollouts (for plotting ghost traces), if kept.
         costs: the last iteration's ``(K,)`` aggregated costs.
+        n_steps: physics steps simulated (all particles, candidates and iterations).
+        elites: ``(M, N, nu)`` knots of the last iteration's ``config.carry`` best candidates.
     """
 
     plan: Plan
@@ -91,6 +118,8 @@ class RefineResult:
     seconds: float
     rollouts: object = None
     costs: np.ndarray | None = None
+    n_steps: int = 0
+    elites: np.ndarray | None = None
 
 
 class Refiner:
@@ -116,11 +145,19 @@ class Refiner:
         if twin.nu != task.nu:
             raise TwinloopError(f"twin has {twin.nu} actuators but task {task.name!r} has {task.nu}")
         substeps = int(round(task.control_period / twin.dt))
+        if abs(substeps * twin.dt - task.control_period) > 1e-9 * task.control_period or substeps < 1:
+            raise TwinloopError(f"the twin's timestep {twin.dt:g} s does not divide task {task.name!r}'s control period {task.control_period:g} s")
         ticks = max(1, int(round(self.config.horizon / task.control_period)))
         self.spec = PlanSpec(ticks, task.control_period, substeps, min(self.config.n_knots, ticks),
                              self.config.spline, task.action_low, task.action_high)
         self.basis = PlanBasis(self.spec)
         self.params = None if params is None else twin.param_space.check(np.atleast_2d(params), "params")
+        # prune at a tick boundary strictly inside the horizon
+        self.prune_step = int(round(self.config.prune * ticks)) * substeps if self.config.prune else 0
+        if self.prune_step >= ticks * substeps:
+            self.prune_step = 0
+        if self.prune_step and (task.model.na or (self.params is not None and len(self.params) > 1)):
+            raise TwinloopError("prune needs a twin without actuator activations and at most one parameter particle")
         self.keep_rollouts = keep_rollouts
         self.extra_costs = tuple(extra_costs)
         self.rng = np.random.default_rng(self.config.seed)
@@ -139,20 +176,55 @@ class Refiner:
     def hold_plan(self, action) -> Plan:
         return Plan.constant(self.spec, action)
 
-    def evaluate(self, state: np.ndarray, knots: np.ndarray):
-        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``."""
-        r = self.twin.rollout(state, self.basis.controls(knots), self.params)
-        costs = self.task.cost(r)
-        agg = aggregate(costs, r.ok, self.config.risk, self.config.cvar_alpha)
+    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
+        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs, physics
+        steps simulated)``. With ``config.prune`` the candidates dropped at the prune point
+        (never the first ``keep``) hold their state from there and cost ``inf``."""
+        ctrl = self.basis.controls(knots)
+        if not self.prune_step:
+            r = self.twin.rollout(state, ctrl, self.params)
+            return r, self.score(r), r.ok.size * ctrl.shape[1]
+        split, (K, T, _) = self.prune_step, ctrl.shape
+        head = self.twin.rollout(state, ctrl[:, :split], self.params)
+        partial = self.score(head)
+        n_keep = max(keep, int(np.ceil(self.config.prune_keep * K)))
+        kept = np.zeros(K, bool)
+        kept[:keep] = True
+        for i in np.argsort(partial, kind="stable"):
+            if kept.sum() >= n_keep:
+                break
+            kept[i] = True
+        idx = np.flatnonzero(kept & np.isfinite(partial) | (np.arange(K) < keep))
+        starts = np.concatenate([head.qpos[0, idx, -1], head.qvel[0, idx, -1]], axis=1)
+        tail = self.twin.rollout_many(starts, ctrl[idx, split:], self.params)
+
+        def join(a, b):
+            out = np.concatenate([a, np.repeat(a[:, :, -1:], T - split, axis=2)], axis=2)
+            out[:, idx, split + 1:] = b[:, :, 1:]
+            return out
+
+        ok = head.ok.copy()
+        ok[:, idx] &= tail.ok
+        r = Rollouts(join(head.qpos, tail.qpos), join(head.qvel, tail.qvel),
+                     join(head.sensordata, tail.sensordata), ctrl, ok, head.dt)
+        c = self.score(r)
+        dropped = np.ones(K, bool)
+        dropped[idx] = False
+        c[dropped] = np.inf
+        return r, c, head.ok.size * split + tail.ok.size * (T - split)
+
+    def score(self, r: Rollouts) -> np.ndarray:
+        """``(K,)`` cost of rollouts: the task's, aggregated over particles, plus extra costs."""
+        agg = aggregate(self.task.cost(r), r.ok, self.config.risk, self.config.cvar_alpha)
         for f in self.extra_costs:
             extra = np.asarray(f(r), dtype=float)
             if extra.shape != agg.shape:
                 raise TwinloopError(f"extra cost {f!r} returned shape {extra.shape}, expected {agg.shape}")
             agg = agg + np.where(np.isfinite(extra), extra, 0.0)
-        return r, agg
+        return agg
 
     def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
-               proposals: np.ndarray | None = None) -> RefineResult:
+               proposals: np.ndarray | None = None, carry: np.ndarray | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
         Args:
@@ -161,6 +233,8 @@ class Refiner:
             warm: last tick's plan shifted by one tick; defaults to ``prior`` or holding the
                 middle of the action range.
             proposals: ``(M, N, nu)`` knots sampled from a stochastic proposer (best-of-N).
+            carry: ``(M, N, nu)`` knots carried from the last tick (its ``elites``, shifted);
+                they join the first iteration's batch.
 
         Raises:
             RefinementFailed: if no candidate in any iteration had a finite cost.
@@ -179,8 +253,9 @@ class Refiner:
         if proposals is not None:
             ostate = ostate.with_(proposals=np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi))
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
+        carried = [] if carry is None else list(np.clip(as_array(carry, "carry", (None, *warm.knots.shape)), lo, hi))
         best_k, best_c, prior_c = None, np.inf, np.nan
-        n_roll = n_bad = it = 0
+        n_roll = n_bad = it = n_steps = 0
         last_r = last_c = None
         iter_time = 0.0
         while it < cfg.iterations:
@@ -188,10 +263,12 @@ class Refiner:
                 break
             ti = time.perf_counter()
             incumbent = [ostate.mean] + fixed[1:] if it else fixed
-            n_new = cfg.num_samples - len(incumbent)
+            extra = [] if it else carried[: max(cfg.num_samples - len(incumbent), 0)]
+            n_new = cfg.num_samples - len(incumbent) - len(extra)
             sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
-            cand = np.clip(np.concatenate([np.stack(incumbent), sampled]), lo, hi)
-            r, c = self.evaluate(s, cand)
+            cand = np.clip(np.concatenate([np.stack(incumbent + extra), sampled]), lo, hi)
+            r, c, steps = self.evaluate(s, cand, keep=len(incumbent))
+            n_steps += steps
             n_roll += r.ok.size
             n_bad += r.n_unstable
             if pk is not None and it == 0:
@@ -207,10 +284,14 @@ class Refiner:
             iter_time = time.perf_counter() - ti
         if best_k is None:
             raise RefinementFailed(f"all {n_roll} rollouts were non-finite or unstable; no plan to select")
+        elites = None
+        if cfg.carry:
+            order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")
+            elites = cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
         return RefineResult(
             plan=Plan(best_k, self.spec), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
-            rollouts=last_r if self.keep_rollouts else None, costs=last_c,
+            rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
         )
 
 
@@ -247,11 +328,13 @@ class Controller:
         self.proposal_samples = proposal_samples
         self.task = refiner.task
         self._warm: Plan | None = None
+        self._carry: np.ndarray | None = None
         self.last: TickInfo | None = None
         self.n_fallbacks = 0
 
     def reset(self, seed: int | None = None) -> None:
         self._warm = None
+        self._carry = None
         self.last = None
         self.n_fallbacks = 0
         if seed is not None:
@@ -270,9 +353,17 @@ class Controller:
             chunk = self._proposal(obs, state)
             self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high))
             return self.last.action
-        plan, self.last = self.plan(obs, state, self._warm)
-        self._warm = plan.shifted()
+        plan, self.last = self.plan(obs, state, self._warm, self._carry)
+        self._warm, self._carry = self.carried(plan, self.last)
         return self.last.action
+
+    def carried(self, plan: Plan, tick: TickInfo, ticks: float = 1.0) -> tuple[Plan, np.ndarray | None]:
+        """The warm start and the carried candidates for a plan starting ``ticks`` later."""
+        elites = None if tick.result is None else tick.result.elites
+        if elites is not None and len(elites):
+            S = self.refiner.spec.shift_matrix(self.task.control_period * ticks)
+            elites = np.clip(np.einsum("mn,knu->kmu", S, elites), self.refiner.spec.low, self.refiner.spec.high)
+        return plan.shifted(ticks), elites
 
     def _proposal(self, obs, state) -> np.ndarray:
         chunk = as_array(self.proposer.propose(obs, state), "proposer action chunk")
@@ -280,10 +371,11 @@ class Controller:
             raise TwinloopError(f"proposer returned an action chunk of shape {chunk.shape}, expected (H, {self.task.nu})")
         return chunk
 
-    def plan(self, obs, state: np.ndarray, warm: Plan | None) -> tuple[Plan, TickInfo]:
+    def plan(self, obs, state: np.ndarray, warm: Plan | None, carry: np.ndarray | None = None) -> tuple[Plan, TickInfo]:
         """Refine from twin ``state`` (estimated from ``obs``, or predicted ahead of it) with
-        the proposer's prior and the ``warm`` start; returns the plan and what happened. If
-        refinement fails the base proposal (or the warm plan) is returned and counted."""
+        the proposer's prior, the ``warm`` start and ``carry`` (see :meth:`Refiner.refine`);
+        returns the plan and what happened. If refinement fails the base proposal (or the
+        warm plan) is returned and counted."""
         prior = None
         proposals = None
         if self.proposer is not None:
@@ -295,7 +387,7 @@ class Controller:
             # start still: hold the pusher where it is if the task can say where that is
             warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
         try:
-            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals)
+            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals, carry=carry)
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
             backup = prior if prior is not None else warm
@@ -503,13 +595,13 @@ class AsyncController(Controller):
                 if r.ok[0, 0]:
                     m = self.task.model
                     state = np.concatenate([r.qpos[0, 0, -1], r.qvel[0, 0, -1], state[m.nq + m.nv:]])
-        warm = None
+        warm = carry = None
         if prev is not None:
-            p_plan, p_start, _, _ = prev
+            p_plan, p_start, p_tick, _ = prev
             ref = t_obs if np.isnan(start) else start
             shift = 1.0 if np.isnan(p_start) else (ref - p_start) / self.task.control_period
-            warm = p_plan.shifted(max(shift, 0.0))
-        plan, tick = self.plan(obs, state, warm)
+            warm, carry = self.carried(p_plan, p_tick, max(shift, 0.0))
+        plan, tick = self.plan(obs, state, warm, carry)
         if cfg.budget is not None:
             wait = cfg.budget - (time.perf_counter() - c0)
             if wait > 0:
@@ -518,3 +610,64 @@ class AsyncController(Controller):
         with self._cv:
             self._pending = (plan, start, tick, acts)
         self.cycles.append(PlanCycle(obs_time=t_obs, start=start, seconds=time.perf_counter() - c0, lead=lead))
+
+
+def check_timestep(task: Task, twin: Twin, reference: Twin, *, n_states: int = 8, num_samples: int = 32,
+                   horizon: float | None = None, seed: int = 0, min_rank_corr: float = 0.8,
+                   strict: bool = True) -> dict:
+    """Whether a twin with a coarser timestep decides as the reference twin does.
+
+    From ``n_states`` states an episode of the task's scripted proposer visits in the nominal
+    scene (a random tick in ``[0, 30)`` of a seeded episode; the start state without a
+    proposer), ``num_samples`` candidate plans (MPPI samples around the proposer's plan or
+    around holding) are rolled out in both twins. The coarse twin passes when none of its
+    rollouts goes unstable where the reference's does not, and the median over states of
+    Spearman's rank correlation between the two twins' costs is at least ``min_rank_corr``
+    (a sampling planner only needs the ranking).
+
+    Returns:
+        ``{"timestep", "reference_timestep", "rank_corr_median", "rank_corr_min",
+        "unstable", "reference_unstable", "ok"}``.
+
+    Raises:
+        TwinloopError: if it does not pass and ``strict``.
+    """
+    from scipy.stats import spearmanr
+
+    from twinloop.plan import make_optimizer
+    from twinloop.worlds.base import SimWorld
+
+    cfg = RefinerConfig(num_samples=num_samples, horizon=horizon or task.horizon, seed=seed)
+    fine, coarse = (Refiner(task, t, make_optimizer("mppi"), cfg) for t in (reference, twin))
+    proposer = task.default_proposer()
+    world = SimWorld(task)
+    rng = np.random.default_rng([seed, 11])
+    corr, bad, bad_ref = [], 0, 0
+    for i in range(n_states):
+        obs = world.reset(seed * 1000 + i)
+        if proposer is not None:
+            proposer.reset(i)
+            for _ in range(int(rng.integers(0, 30))):
+                obs, _ = world.step(np.clip(proposer.propose(obs, task.state_from_obs(obs))[0], task.action_low, task.action_high))
+        state = task.state_from_obs(obs)
+        mean = (fine.plan_from_actions(proposer.propose(obs, state)) if proposer is not None
+                else fine.hold_plan(task.hold_action(state))).knots
+        opt = make_optimizer("mppi")
+        knots = np.clip(opt.sample(opt.init(mean, None, fine.spec.low, fine.spec.high), rng, num_samples),
+                        fine.spec.low, fine.spec.high)
+        rf, cf, _ = fine.evaluate(state, knots)
+        rc, cc, _ = coarse.evaluate(state, knots)
+        bad += int((rc.ok.all(axis=0) < rf.ok.all(axis=0)).sum())
+        bad_ref += int((~rf.ok.all(axis=0)).sum())
+        both = np.isfinite(cf) & np.isfinite(cc)
+        if both.sum() > 2:
+            corr.append(float(spearmanr(cf[both], cc[both]).statistic))
+    med = float(np.median(corr)) if corr else float("nan")
+    out = {"timestep": float(twin.dt), "reference_timestep": float(reference.dt), "rank_corr_median": med,
+           "rank_corr_min": float(np.min(corr)) if corr else float("nan"), "unstable": bad,
+           "reference_unstable": bad_ref, "ok": bool(bad == 0 and med >= min_rank_corr)}
+    if strict and not out["ok"]:
+        raise TwinloopError(f"a twin timestep of {twin.dt:g} s does not decide as {reference.dt:g} s does for task "
+                            f"{task.name!r}: median rank correlation {med:.2f} (need >= {min_rank_corr}), "
+                            f"{bad} rollouts unstable only at the coarse step")
+    return out

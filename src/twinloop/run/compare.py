@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, Refiner, RefinerConfig, check_timestep
 from twinloop.errors import TwinloopError, choose
 from twinloop.io import write_json
 from twinloop.plan import make_optimizer
@@ -49,6 +49,11 @@ class RunConfig:
         out: output folder.
         video: render one refined episode with ghost rollouts.
         record: write every episode to ``out/episodes``.
+        twin_timestep: the twin's physics timestep (s), coarser than the scene's to simulate
+            fewer steps per tick (``None``: the scene's). Checked once with
+            :func:`~twinloop.control.check_timestep` (stability and candidate ranking).
+        refiner: extra :class:`~twinloop.control.RefinerConfig` fields (``prune``, ``carry``,
+            ``risk`` ...).
     """
 
     task: str = "push-t"
@@ -66,6 +71,7 @@ class RunConfig:
     out: str = "twinloop-out"
     video: bool = True
     record: bool = True
+    twin_timestep: float | None = None
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
 
     def __post_init__(self):
@@ -75,6 +81,8 @@ class RunConfig:
             raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
         if not 0 <= self.severity <= 3:
             raise TwinloopError(f"severity must be 0-3, got {self.severity}")
+        if self.twin_timestep is not None and self.backend != "mujoco":
+            raise TwinloopError(f"twin_timestep needs the mujoco backend, got backend {self.backend!r}")
 
 
 def build(cfg: RunConfig, keep_rollouts: bool = False):
@@ -83,6 +91,10 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
     world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
+    if cfg.twin_timestep is not None:
+        coarse = make_twin(cfg.backend, task.model, task.param_space(), timestep=cfg.twin_timestep)
+        check_timestep(task, coarse, twin, horizon=cfg.horizon, seed=cfg.seed)
+        twin = coarse
     rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
                          seed=cfg.seed, **cfg.refiner)
     refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), rcfg, keep_rollouts=keep_rollouts)
