@@ -17,14 +17,21 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop.control import Controller, Refiner, RefinerConfig, check_timestep
+from twinloop.control import (
+    AsyncConfig,
+    AsyncController,
+    Controller,
+    Refiner,
+    RefinerConfig,
+    check_timestep,
+)
 from twinloop.errors import TwinloopError, choose
 from twinloop.io import write_json
 from twinloop.plan import make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
-from twinloop.worlds import WORLDS, make_world
+from twinloop.worlds import RealtimeWorld, SimWorld, make_world, resolve_world
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,8 @@ class RunConfig:
         horizon: planning horizon (s).
         iterations: refine iterations per control tick.
         world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
-            noise, delay) | ``nominal`` (the twin itself).
+            noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` (a
+            gymnasium env through the task's maps) | ``remote:ADDRESS`` (``serve-world``).
         severity: ShiftedWorld severity (0-3).
         proposer: ``scripted`` (the task's own) | ``none`` (refinement from scratch; no
             baseline row); see ``twinloop.policies.PROPOSERS``.
@@ -54,6 +62,13 @@ class RunConfig:
             :func:`~twinloop.control.check_timestep` (stability and candidate ranking).
         refiner: extra :class:`~twinloop.control.RefinerConfig` fields (``prune``, ``carry``,
             ``risk`` ...).
+        realtime: the world keeps its own clock (:class:`~twinloop.worlds.RealtimeWorld`) and
+            the refined controller plans asynchronously (:class:`~twinloop.control.AsyncController`).
+        rate: world ticks per wall-clock second in real time. Default: 10 ticks per control
+            period for a simulated world (``nominal``/``shifted``, stepped finer so actions
+            apply as they arrive), a gymnasium or remote world's own step rate otherwise.
+        async_control: :class:`~twinloop.control.AsyncConfig` (latency compensation, budget).
+        token: shared token of a ``remote:`` world.
     """
 
     task: str = "push-t"
@@ -73,9 +88,13 @@ class RunConfig:
     record: bool = True
     twin_timestep: float | None = None
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
+    realtime: bool = False
+    rate: float | None = None
+    async_control: AsyncConfig = field(default_factory=AsyncConfig)
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        choose("world", self.world, tuple(WORLDS))
+        resolve_world(self.world)
         choose("proposer", self.proposer, tuple(PROPOSERS))
         if self.episodes < 1:
             raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
@@ -83,12 +102,21 @@ class RunConfig:
             raise TwinloopError(f"severity must be 0-3, got {self.severity}")
         if self.twin_timestep is not None and self.backend != "mujoco":
             raise TwinloopError(f"twin_timestep needs the mujoco backend, got backend {self.backend!r}")
+        if self.rate is not None and not (np.isfinite(self.rate) and self.rate > 0):
+            raise TwinloopError(f"rate must be > 0 Hz, got {self.rate!r}")
 
 
 def build(cfg: RunConfig, keep_rollouts: bool = False):
-    """(task, world, proposer, refiner) for a config."""
+    """(task, world, proposer, refiner) for a config; in real time the world is a
+    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`)."""
     task = make_task(cfg.task)
-    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
+    sim = cfg.world in ("nominal", "shifted")
+    period = None
+    if cfg.realtime and sim:
+        period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
+    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed, period=period, token=cfg.token)
+    if cfg.realtime:
+        world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
     if cfg.twin_timestep is not None:
@@ -125,12 +153,20 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     return f
 
 
+def world_ticks(cfg: RunConfig, task, world) -> int | None:
+    """Episode length in the world's ticks (the task's, or ``cfg.max_ticks``, in control ticks)."""
+    n = cfg.max_ticks or task.max_ticks
+    return int(round(n * task.control_period / world.period))
+
+
 def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print) -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
-    ``progress(label, done, total)`` is called after each episode (for progress bars).
+    ``progress(label, done, total)`` is called after each episode (for progress bars). An
+    episode cut short by an error (a lost remote world) is written with what it recorded
+    before the error propagates.
     """
-    from twinloop.run.experiment import run_episode, summarize
+    from twinloop.run.experiment import run_episode, summarize, write_partial
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,29 +175,44 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     controllers = []
     if proposer is not None:
         controllers.append(("base", Controller(refiner, proposer, refine=False)))
-    controllers.append(("refined", Controller(refiner, proposer, refine=True)))
+    refined = AsyncController(refiner, proposer, cfg.async_control) if cfg.realtime else Controller(refiner, proposer)
+    controllers.append(("refined", refined))
     results = []
     all_eps = {}
+    realtime = {}
+    n_ticks = world_ticks(cfg, task, world)
     t_start = time.perf_counter()
-    for name, ctl in controllers:
-        ds = _dataset(out / "episodes" / name, cfg, task, world, name) if cfg.record else None
-        eps = []
-        for i, s in enumerate(seeds):
-            r = run_episode(world, ctl, s, max_ticks=cfg.max_ticks, episode_index=i, record=ds is not None)
-            if ds is not None:
-                ds.write(r.recorder)
-            r.recorder = None
-            eps.append(r)
-            if progress is not None:
-                progress(name, i + 1, len(seeds))
-        all_eps[name] = eps
-        results.append(summarize(name, eps))
+    try:
+        for name, ctl in controllers:
+            ds = _dataset(out / "episodes" / name, cfg, task, world, name) if cfg.record else None
+            eps, rt = [], []
+            for i, s in enumerate(seeds):
+                try:
+                    r = run_episode(world, ctl, s, max_ticks=n_ticks, episode_index=i, record=ds is not None)
+                except Exception as exc:
+                    write_partial(ds, exc)
+                    raise
+                if ds is not None:
+                    ds.write(r.recorder)
+                r.recorder = None
+                eps.append(r)
+                if isinstance(world, RealtimeWorld):
+                    rt.append({**world.stats(), **(ctl.stats() if isinstance(ctl, AsyncController) else {})})
+                if progress is not None:
+                    progress(name, i + 1, len(seeds))
+            all_eps[name] = eps
+            results.append(summarize(name, eps))
+            if rt:
+                realtime[name] = realtime_summary(rt)
+                results[-1]["realtime"] = realtime[name]
+    finally:
+        world.close()
     summary = {
         "task": task.name,
         "world": world.describe(),
         "seed": cfg.seed,
         "episodes": cfg.episodes,
-        "config": asdict(cfg),
+        "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         "wall_time_s": time.perf_counter() - t_start,
         "results": results,
         "per_episode": {k: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
@@ -174,7 +225,9 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         plot_comparison(summary, out / "comparison.png")
     except ImportError:  # pragma: no cover
         log("plotting unavailable (matplotlib missing)")
-    if cfg.video:
+    if cfg.video and (cfg.realtime or not isinstance(world, SimWorld)):
+        log("no video: videos replay a simulated world in synchronous mode")
+    elif cfg.video:
         from twinloop.viz.video import RenderingUnavailable
 
         try:
@@ -183,6 +236,22 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         except RenderingUnavailable as exc:  # the results are written; only the video is missing
             log(f"no video: {exc}")
     return summary
+
+
+def realtime_summary(rows: list[dict]) -> dict:
+    """Per-episode real-time statistics (world ticks, planner cycles) -> one row: deadline
+    misses over all ticks, medians of the per-episode medians, worst maxima."""
+    ticks = sum(r["ticks"] for r in rows)
+    out = {"ticks": ticks, "misses": sum(r["misses"] for r in rows),
+           "miss_rate": sum(r["misses"] for r in rows) / max(ticks, 1),
+           "action_age_median": float(np.nanmedian([r["age_median"] for r in rows])),
+           "lateness_p99_max": float(np.nanmax([r["lateness_p99"] for r in rows]))}
+    if "cycles" in rows[0]:
+        out.update(cycles=sum(r["cycles"] for r in rows), overruns=sum(r["overruns"] for r in rows),
+                   cycle_median=float(np.nanmedian([r["cycle_median"] for r in rows])),
+                   cycle_max=float(np.nanmax([r["cycle_max"] for r in rows])),
+                   lead_median=float(np.nanmedian([r["lead_median"] for r in rows])))
+    return out
 
 
 def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
@@ -213,7 +282,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
         shutil.rmtree(root)
 
     info = {
-        "fps": 1.0 / task.control_period,
+        "fps": 1.0 / world.period,
         "twinloop": {
             "task": task.name,
             "controller": name,
@@ -221,7 +290,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
             "seed": cfg.seed,
             "obs_names": list(task.obs_names),
             "param_names": task.param_space().names,
-            "config": asdict(cfg),
+            "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         },
     }
     return Dataset.create(root, info)
