@@ -54,7 +54,11 @@ def gymnasium_scene(name: str = "pusher_v5.xml") -> Path:
 
 
 class PusherV5(Task):
-    """Gymnasium's Pusher-v5: a 7-DoF arm pushes a puck onto a goal with joint torques."""
+    """Gymnasium's Pusher-v5: a 7-DoF arm pushes a puck onto a goal with joint torques.
+
+    Args:
+        weights: overrides of :attr:`WEIGHTS` by residual name.
+    """
 
     name = "pusher-v5"
     gym_id = "Pusher-v5"
@@ -65,6 +69,14 @@ class PusherV5(Task):
     obs_names = (*(f"{j}_angle" for j in ARM), *(f"{j}_rate" for j in ARM),
                  "tip_x", "tip_y", "tip_z", "puck_x", "puck_y", "puck_z", "goal_x", "goal_y", "goal_z")
     success_radius = 0.05
+    WEIGHTS = {"puck_to_goal": 1.0, "fork_behind_puck": 0.5, "near": 0.0, "effort": 0.02, "arm_speed": 0.01,
+               "final_puck": 1.0}
+
+    def __init__(self, weights: dict | None = None):
+        unknown = sorted(set(weights or {}) - set(self.WEIGHTS))
+        if unknown:
+            raise TwinloopError(f"unknown pusher-v5 cost term(s) {unknown}; terms: {', '.join(self.WEIGHTS)}")
+        self.weights = {**self.WEIGHTS, **{k: float(v) for k, v in (weights or {}).items()}}
 
     @property
     def xml_path(self) -> Path:
@@ -139,6 +151,10 @@ class PusherV5(Task):
             mouth = np.concatenate([p[..., :2] + u * (0.1 - back), p[..., 2:3]], axis=-1)
             return np.concatenate([t.sensordata[..., 1:, 6:9] - wrist, t.sensordata[..., 1:, 0:3] - mouth], axis=-1) / 0.1
 
+        def near(t: Traj):
+            # the fork's mouth at the puck (the env's own reward_near term)
+            return (t.sensordata[..., 1:, 0:3] - t.sensordata[..., 1:, 3:6]) / 0.1
+
         def effort(t: Traj):
             return t.ctrl / 2.0
 
@@ -148,12 +164,14 @@ class PusherV5(Task):
         def final(t: Traj):
             return (puck(t)[..., -1, :] - goal) / 0.05
 
+        w = self.weights
         return (
-            Residual("puck_to_goal", 1.0, to_goal),
-            Residual("fork_behind_puck", 0.5, fork),
-            Residual("effort", 0.02, effort),
-            Residual("arm_speed", 0.01, arm_speed),
-            Residual("final_puck", 1.0, final, terminal=True),
+            Residual("puck_to_goal", w["puck_to_goal"], to_goal),
+            Residual("fork_behind_puck", w["fork_behind_puck"], fork),
+            Residual("near", w["near"], near),
+            Residual("effort", w["effort"], effort),
+            Residual("arm_speed", w["arm_speed"], arm_speed),
+            Residual("final_puck", w["final_puck"], final, terminal=True),
         )
 
     # -- episodes ----------------------------------------------------------------------------
@@ -221,24 +239,22 @@ class ScriptedPusher:
     ``FORK_BACK`` behind the puck centre, the mouth 0.1 m ahead of it (so the crossbar pushes
     the puck toward the goal). Phases: *reach* (targets raised ``LIFT`` above the puck while
     the wrist is still far, so the prongs pass over it), *lower*, *push* (targets moved
-    ``PUSH`` further along the line). Joint targets come from damped least-squares inverse
-    kinematics of both points (clamped to joint ranges); torques are a joint PD law, clipped
-    to the actuators' range. The chunk is that law played forward in the nominal scene for
-    ``H`` ticks (inverse kinematics again whenever the phase changes).
+    ``PUSH`` further along the line). A third point on a prong keeps the fork level. Torques
+    are spring-dampers on the three points through their Jacobians (see :meth:`torque`). The
+    chunk is that law played forward in the nominal scene for ``H`` ticks.
     """
 
-    kp, kd = 20.0, 2.0
+    kp, kd, kq = 60.0, 3.0, 0.1
     H = 20
     FORK_BACK = PUCK_RADIUS + TIP_RADIUS + 0.01
-    LIFT, PUSH, NEAR, IN_PLACE = 0.12, 0.08, 0.05, 0.02
+    LIFT, PUSH, NEAR, IN_PLACE = 0.12, 0.15, 0.05, 0.02
     PRONG = np.array([0.05, 0.1, 0.0])  # a prong's middle in the wrist frame
-    FOLDED = np.array([0.0, 0.5, 0.0, -1.2, 0.0, -0.6, 0.0])  # a start for inverse kinematics off the limits
+    POINT_WEIGHTS = np.array([1.0, 0.5, 0.2])  # wrist, mouth, prong: position first, then heading, then roll
 
     def __init__(self, task: PusherV5):
         self.task = task
         self.model = task.model
         self.data = mujoco.MjData(self.model)
-        self.ik_data = mujoco.MjData(self.model)
         self.jac = np.zeros((9, self.model.nv))
         self.goal = task.goal_xy()
         lay = task._layout
@@ -270,26 +286,20 @@ class ScriptedPusher:
         side = 1.0 if (self.prong(d) - d.xpos[self.wrist]) @ v >= 0 else -1.0
         return phase, np.stack([wrist, wrist + 0.1 * u, wrist + 0.05 * u + 0.1 * side * v])
 
-    def ik(self, q0: np.ndarray, target: np.ndarray, iters: int = 40, damping: float = 0.05) -> np.ndarray:
-        """Joint angles ``(7,)`` putting the wrist, the mouth and the prong at ``target (3, 3)``
-        (damped least squares, clamped to the joint ranges)."""
-        m, d = self.model, self.ik_data
-        lo, hi = m.jnt_range[:7, 0], m.jnt_range[:7, 1]
-        d.qpos[:] = 0.0
-        d.qpos[:7] = np.clip(q0, lo, hi)
-        for _ in range(iters):
-            mujoco.mj_kinematics(m, d)
-            mujoco.mj_comPos(m, d)
-            prong = self.prong(d)
-            e = np.concatenate([target[0] - d.xpos[self.wrist], target[1] - d.xipos[self.tip], target[2] - prong])
-            if e @ e < 1e-8:
-                break
-            mujoco.mj_jacBody(m, d, self.jac[:3], None, self.wrist)
-            mujoco.mj_jacBodyCom(m, d, self.jac[3:6], None, self.tip)
-            mujoco.mj_jac(m, d, self.jac[6:], None, prong, self.wrist)
-            J = self.jac[:, :7]
-            d.qpos[:7] = np.clip(d.qpos[:7] + J.T @ np.linalg.solve(J @ J.T + damping**2 * np.eye(9), e), lo, hi)
-        return d.qpos[:7].copy()
+    def torque(self, d: mujoco.MjData, target: np.ndarray) -> np.ndarray:
+        """``(7,)`` torques pulling the wrist, the mouth and the prong toward ``target (3, 3)``:
+        a spring-damper on each point through its Jacobian, plus joint damping (passive, so
+        stable without gravity), clipped to the actuators' range."""
+        m = self.model
+        prong = self.prong(d)
+        mujoco.mj_jacBody(m, d, self.jac[:3], None, self.wrist)
+        mujoco.mj_jacBodyCom(m, d, self.jac[3:6], None, self.tip)
+        mujoco.mj_jac(m, d, self.jac[6:], None, prong, self.wrist)
+        J = self.jac[:, :7]
+        e = np.concatenate([target[0] - d.xpos[self.wrist], target[1] - d.xipos[self.tip], target[2] - prong])
+        w = np.repeat(self.POINT_WEIGHTS, 3)
+        tau = J.T @ (w * (self.kp * e - self.kd * (J @ d.qvel[:7]))) - self.kq * d.qvel[:7]
+        return np.clip(tau, self.task.action_low, self.task.action_high)
 
     def propose(self, obs, state) -> np.ndarray:
         """``(H, 7)`` torques: the script played forward from ``state``."""
@@ -299,13 +309,8 @@ class ScriptedPusher:
         d.qpos[:], d.qvel[:] = s[: m.nq], s[m.nq : m.nq + m.nv]
         mujoco.mj_forward(m, d)
         out = np.empty((self.H, m.nu))
-        phase, q_goal = None, None
         for k in range(self.H):
-            p, target = self.targets(d)
-            if p != phase:
-                phase = p
-                q_goal = self.ik(d.qpos[:7] if phase != "reach" else self.FOLDED, target)
-            tau = self.kp * (q_goal - d.qpos[:7]) - self.kd * d.qvel[:7]
-            out[k] = d.ctrl[:] = np.clip(tau, self.task.action_low, self.task.action_high)
+            mujoco.mj_comPos(m, d)
+            out[k] = d.ctrl[:] = self.torque(d, self.targets(d)[1])
             mujoco.mj_step(m, d, nstep=self.task.substeps)
         return out
