@@ -30,10 +30,10 @@ from twinloop.stats import wilson
 DEFAULT_STEPS = 64 * 200
 
 SETTINGS = {
-    "k64_h1.0_dt5": dict(num_samples=64, horizon=1.0),
-    "k64_h0.5_dt5": dict(num_samples=64, horizon=0.5),
-    "k32_h0.5_dt5": dict(num_samples=32, horizon=0.5),
-    "k16_h0.5_dt5": dict(num_samples=16, horizon=0.5),
+    "k64_h1.0_dt5": dict(num_samples=64, horizon=1.0, twin_timestep=None),
+    "k64_h0.5_dt5": dict(num_samples=64, horizon=0.5, twin_timestep=None),
+    "k32_h0.5_dt5": dict(num_samples=32, horizon=0.5, twin_timestep=None),
+    "k16_h0.5_dt5": dict(num_samples=16, horizon=0.5, twin_timestep=None),
     "k32_h0.5_dt10": dict(num_samples=32, horizon=0.5, twin_timestep=0.01),
     "k64_h0.5_dt20": dict(num_samples=64, horizon=0.5, twin_timestep=0.02),
     "k32_h1.0_dt20": dict(num_samples=32, horizon=1.0, twin_timestep=0.02),

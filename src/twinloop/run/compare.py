@@ -58,8 +58,11 @@ class RunConfig:
         video: render one refined episode with ghost rollouts.
         record: write every episode to ``out/episodes``.
         twin_timestep: the twin's physics timestep (s), coarser than the scene's to simulate
-            fewer steps per tick (``None``: the scene's). Checked once with
-            :func:`~twinloop.control.check_timestep` (stability and candidate ranking).
+            fewer steps per tick (``None``, or not coarser than the scene's: the scene's).
+            Checked once with :func:`~twinloop.control.check_timestep` (stability and
+            candidate ranking). The defaults (K=32, 0.5 s, 10 ms twin steps: 1/8 of the
+            rollout steps of K=64 x 1 s at 5 ms) are the speed study's best setting
+            (``benchmarks/speed.py``, RESULTS.md).
         refiner: extra :class:`~twinloop.control.RefinerConfig` fields (``prune``, ``carry``,
             ``risk`` ...).
         realtime: the world keeps its own clock (:class:`~twinloop.worlds.RealtimeWorld`) and
@@ -74,8 +77,8 @@ class RunConfig:
     task: str = "push-t"
     optimizer: str = "mppi"
     backend: str = "mujoco"
-    num_samples: int = 64
-    horizon: float = 1.0
+    num_samples: int = 32
+    horizon: float = 0.5
     iterations: int = 1
     world: str = "shifted"
     severity: int = 2
@@ -86,7 +89,7 @@ class RunConfig:
     out: str = "twinloop-out"
     video: bool = True
     record: bool = True
-    twin_timestep: float | None = None
+    twin_timestep: float | None = 0.01
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
     realtime: bool = False
     rate: float | None = None
@@ -119,7 +122,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
-    if cfg.twin_timestep is not None:
+    if cfg.twin_timestep is not None and cfg.twin_timestep > task.model.opt.timestep * (1 + 1e-9):
         coarse = make_twin(cfg.backend, task.model, task.param_space(), timestep=cfg.twin_timestep)
         check_timestep(task, coarse, twin, horizon=cfg.horizon, seed=cfg.seed)
         twin = coarse
