@@ -103,8 +103,6 @@ class RunConfig:
             raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
         if not 0 <= self.severity <= 3:
             raise TwinloopError(f"severity must be 0-3, got {self.severity}")
-        if self.twin_timestep is not None and self.backend != "mujoco":
-            raise TwinloopError(f"twin_timestep needs the mujoco backend, got backend {self.backend!r}")
         if self.rate is not None and not (np.isfinite(self.rate) and self.rate > 0):
             raise TwinloopError(f"rate must be > 0 Hz, got {self.rate!r}")
 

@@ -6,7 +6,6 @@ persistent thread pool (one ``MjData`` per thread), writing into reused output b
 
 from __future__ import annotations
 
-import copy
 import os
 
 import mujoco
@@ -34,9 +33,6 @@ class MujocoTwin(BatchTwin):
         param_space: parameters that ``rollout(..., params=)`` may vary per particle.
         nthread: rollout threads (default: the machine's cores).
         max_speed: a rollout with any ``|qvel|`` above this is flagged unstable.
-        timestep: physics timestep of the twin (s), default the model's; a coarser one
-            simulates fewer steps per control tick (check it with
-            :func:`twinloop.control.check_timestep` before trusting it).
     """
 
     name = "mujoco"
@@ -47,15 +43,9 @@ class MujocoTwin(BatchTwin):
         param_space: ParamSpace | None = None,
         nthread: int | None = None,
         max_speed: float = 1e3,
-        timestep: float | None = None,
     ):
         if not isinstance(model, mujoco.MjModel):
             raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        if timestep is not None:
-            if not (isinstance(timestep, (int, float)) and np.isfinite(timestep) and timestep > 0):
-                raise TwinloopError(f"timestep must be > 0 s, got {timestep!r}")
-            model = copy.copy(model)  # MjModel's copy is deep: the task's model is untouched
-            model.opt.timestep = float(timestep)
         self.model = model
         self.param_space = param_space or ParamSpace(())
         self.nthread = int(nthread or os.cpu_count() or 1)
