@@ -17,13 +17,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import mujoco
 import numpy as np
 
-from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose
+from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
 from twinloop.plan import RISKS, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
 from twinloop.tasks.base import Task
-from twinloop.twin.base import Rollouts, Twin
+from twinloop.twin.base import Rollouts, Twin, scene_mismatch
+
+#: physics steps one refine iteration may simulate (K x horizon steps), about 4 GB of states
+_MAX_STEPS = 5e7
 
 
 @dataclass(frozen=True)
@@ -53,14 +57,17 @@ class RefinerConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.num_samples < 2:
-            raise TwinloopError(f"num_samples must be >= 2, got {self.num_samples}")
-        if self.iterations < 1:
-            raise TwinloopError(f"iterations must be >= 1, got {self.iterations}")
-        if not self.horizon > 0:
-            raise TwinloopError(f"horizon must be > 0 s, got {self.horizon}")
-        if self.deadline is not None and not self.deadline > 0:
-            raise TwinloopError(f"deadline must be > 0 s or None, got {self.deadline}")
+        checked = {
+            "num_samples": number(self.num_samples, "num_samples", low=2, integer=True),
+            "horizon": number(self.horizon, "horizon (s)", low=0, low_open=True),
+            "n_knots": number(self.n_knots, "n_knots", low=1, integer=True),
+            "iterations": number(self.iterations, "iterations", low=1, integer=True),
+            "deadline": None if self.deadline is None else number(self.deadline, "deadline (s)", low=0, low_open=True),
+            "cvar_alpha": number(self.cvar_alpha, "cvar_alpha", low=0, high=1, low_open=True),
+            "seed": number(self.seed, "seed", low=0, integer=True),
+        }
+        for k, v in checked.items():
+            object.__setattr__(self, k, v)
         choose("spline", self.spline, KINDS)
         choose("risk", self.risk, RISKS)
 
@@ -112,16 +119,41 @@ class Refiner:
                  extra_costs: Sequence[Callable[[Rollouts], np.ndarray]] = ()):
         self.task, self.twin, self.optimizer = task, twin, optimizer
         self.config = config or RefinerConfig()
-        if twin.nu != task.nu:
-            raise TwinloopError(f"twin has {twin.nu} actuators but task {task.name!r} has {task.nu}")
-        substeps = int(round(task.control_period / twin.dt))
+        if not isinstance(self.config, RefinerConfig):
+            raise TwinloopError(f"config must be a RefinerConfig, got {type(self.config).__name__}")
+        for what, obj, hook in (("optimizer", optimizer, "init"), ("optimizer", optimizer, "sample"),
+                                ("optimizer", optimizer, "update"), ("twin", twin, "rollout"), ("task", task, "cost")):
+            if not callable(getattr(obj, hook, None)):
+                raise TwinloopError(f"{what} {type(obj).__name__} has no {hook}() method")
+        # the task's cost reads the twin's arrays by the task's layout: the twin must simulate
+        # the task's scene (equal nu alone let a block-push refiner run on a push-t twin)
+        model = getattr(twin, "model", None)  # a twin without a MuJoCo model (e.g. learned) shows its sizes
+        if isinstance(model, mujoco.MjModel):
+            diff = scene_mismatch(model, task.model, timestep=False)
+        else:
+            diff = ", ".join(f"{k} {getattr(twin, k, None)} vs {getattr(task, k)}" for k in ("nu", "nstate")
+                             if getattr(twin, k, None) != getattr(task, k))
+        if diff:
+            raise TwinloopError(f"the twin does not simulate task {task.name!r}'s scene: {diff} (twin vs task)")
+        n = task.control_period / twin.dt
+        if abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
+            raise TwinloopError(f"the twin's timestep {twin.dt:g} s does not divide task {task.name!r}'s control "
+                                f"period {task.control_period:g} s; the twin would tick at {round(n) * twin.dt:g} s")
+        substeps = int(round(n))
         ticks = max(1, int(round(self.config.horizon / task.control_period)))
+        if ticks * substeps * self.config.num_samples > _MAX_STEPS:
+            raise TwinloopError(f"horizon {self.config.horizon:g} s x num_samples {self.config.num_samples} is "
+                                f"{ticks * substeps * self.config.num_samples:.3g} physics steps per iteration "
+                                f"(at most {_MAX_STEPS:.0e})")
         self.spec = PlanSpec(ticks, task.control_period, substeps, min(self.config.n_knots, ticks),
                              self.config.spline, task.action_low, task.action_high)
         self.basis = PlanBasis(self.spec)
         self.params = None if params is None else twin.param_space.check(np.atleast_2d(params), "params")
         self.keep_rollouts = keep_rollouts
         self.extra_costs = tuple(extra_costs)
+        for f in self.extra_costs:
+            if not callable(f):
+                raise TwinloopError(f"extra_costs must be functions f(rollouts) -> (K,), got {f!r}")
         self.rng = np.random.default_rng(self.config.seed)
 
     def reseed(self, seed: int) -> None:
@@ -171,6 +203,8 @@ class Refiner:
         if warm is None:
             warm = prior if prior is not None else self.hold_plan((lo + hi) / 2)
         for name, p in (("prior", prior), ("warm", warm)):
+            if p is not None and not isinstance(p, Plan):
+                raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
             if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
                 raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
         pk = None if prior is None else prior.knots
@@ -242,8 +276,12 @@ class Controller:
     def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0):
         if not refine and proposer is None:
             raise TwinloopError("a controller without refinement needs a proposer")
+        if not isinstance(refiner, Refiner):
+            raise TwinloopError(f"refiner must be a Refiner, got {type(refiner).__name__}")
+        if proposer is not None and not callable(getattr(proposer, "propose", None)):
+            raise TwinloopError(f"proposer {type(proposer).__name__} has no propose(obs, state) method")
         self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
-        self.proposal_samples = proposal_samples
+        self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
         self.task = refiner.task
         self._warm: Plan | None = None
         self.last: TickInfo | None = None

@@ -16,7 +16,7 @@ from typing import Protocol
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.tasks.base import Task
 
 
@@ -41,11 +41,17 @@ class SimWorld:
         self.task = task
         self.model = model if model is not None else task.model
         self.data = mujoco.MjData(self.model)
-        self.substeps = int(round(task.control_period / self.model.opt.timestep))
+        n = task.control_period / self.model.opt.timestep
+        if abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
+            raise TwinloopError(f"the world's timestep {self.model.opt.timestep:g} s does not divide the control "
+                                f"period {task.control_period:g} s")
+        self.substeps = int(round(n))
         self.rng = np.random.default_rng(0)
         self.t = 0
+        self._started = False  # the default MjData is no episode state (the pusher sits inside the block)
 
     def reset(self, seed: int) -> np.ndarray:
+        seed = number(seed, "seed", low=0, integer=True)
         self.rng = np.random.default_rng(seed)
         state = self.task.initial_state(np.random.default_rng([seed, 0]))
         m, d = self.model, self.data
@@ -55,13 +61,21 @@ class SimWorld:
         d.ctrl[:] = self.task.hold_action(state) if hasattr(self.task, "hold_action") else 0.0
         mujoco.mj_forward(m, d)
         self.t = 0
+        self._started = True
         return self._observe()
 
-    def step(self, action) -> tuple[np.ndarray, dict]:
+    def _check_action(self, action) -> np.ndarray:
+        """``action`` as ``(nu,)`` within bounds, in a started episode."""
+        if not self._started:
+            raise TwinloopError(f"{type(self).__name__}.step called before reset(seed): there is no episode yet")
         a = as_array(action, "action", (self.model.nu,))
         lo, hi = self.task.action_low, self.task.action_high
         if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
             raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        return a
+
+    def step(self, action) -> tuple[np.ndarray, dict]:
+        a = self._check_action(action)
         self.data.ctrl[:] = self._actuate(a)
         for _ in range(self.substeps):
             mujoco.mj_step(self.model, self.data)

@@ -30,7 +30,7 @@ from collections import deque
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError
 from twinloop.tasks.base import Task
 from twinloop.worlds.base import SimWorld
 
@@ -107,10 +107,7 @@ class ShiftedWorld(SimWorld):
         return obs
 
     def step(self, action) -> tuple[np.ndarray, dict]:
-        a = as_array(action, "action", (self.model.nu,))
-        lo, hi = self.task.action_low, self.task.action_high
-        if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
-            raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        a = self._check_action(action)
         for _ in range(self.substeps):
             # the command sent now reaches the actuators delay_steps physics steps later
             self._queue.append(a.copy())
