@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from twinloop.cli import app
-from twinloop.data.episodes import Dataset
+from twinloop.data.dataset import Dataset
 
 runner = CliRunner()
 SMALL = ["--task", "block-push", "--episodes", "2", "--max-ticks", "6", "-k", "8"]

@@ -206,7 +206,7 @@ def test_create_needs_fps_and_refuses_an_existing_dataset(tmp_path):
     Dataset.create(tmp_path / "b", INFO)
     with pytest.raises(TwinloopError, match="already exists"):
         Dataset.create(tmp_path / "b", INFO)
-    assert len(Dataset.create(tmp_path / "b", INFO, exist_ok=True)) == 0
+    assert len(Dataset.create(tmp_path / "b", INFO, mode="resume")) == 0
 
 
 def test_opening_a_folder_without_a_dataset_fails_clearly(tmp_path):

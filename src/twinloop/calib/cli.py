@@ -29,7 +29,7 @@ def parse_column_map(text: str) -> dict[str, str | None]:
 
 def load_episodes(task, dataset: str, lerobot: bool, column_map: str, fps: float):
     """Episodes from a twinloop dataset folder, or foreign LeRobot Parquet with a column map."""
-    from twinloop.data.episodes import Dataset, load_lerobot
+    from twinloop.data import Dataset, load_lerobot
 
     if not Path(dataset).exists():
         raise TwinloopError(f"no such dataset: {dataset}")

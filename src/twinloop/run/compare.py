@@ -212,7 +212,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
     """A fresh dataset for this run's episodes (a previous run's in the same folder is replaced)."""
     import shutil
 
-    from twinloop.data.episodes import Dataset
+    from twinloop.data.dataset import Dataset
 
     if root.exists():
         shutil.rmtree(root)
