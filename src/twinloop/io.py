@@ -103,6 +103,13 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
     return obj
 
 
+def out_mode(resume: bool = False, overwrite: bool = False) -> str:
+    """The output mode of the CLI flags ``--resume`` / ``--overwrite`` (at most one)."""
+    if resume and overwrite:
+        raise TwinloopError("--resume and --overwrite exclude each other; pass one")
+    return "resume" if resume else "overwrite" if overwrite else "new"
+
+
 def output_folder(path: str | os.PathLike, mode: str = "new", *, resumable: bool = False) -> Path:
     """Prepare the output folder ``path`` of a run under the rule in the module docstring.
 

@@ -244,6 +244,12 @@ class RSRLoop:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    @property
+    def completed(self) -> int:
+        """The last finished iteration in ``out`` (-1: none, 0: only the nominal evaluation)."""
+        state = self._load_state()
+        return -1 if state is None else state["completed"]
+
     def _load_state(self) -> dict | None:
         path = self.out / STATE_FILE
         if not path.exists():
