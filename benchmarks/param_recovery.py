@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from twinloop.calib.fit import CalibConfig, calibrate
-from twinloop.calib.windows import pusher_excitation, record_trajectory
+from twinloop.calib.windows import record_trajectory
 from twinloop.tasks import make_task
 from twinloop.worlds import SimWorld
 
@@ -82,7 +82,7 @@ def run(args) -> list[dict]:
                     truth = hidden_values(task, np.random.default_rng([seed, 11]))
                     world = NoisyWorld(task, space.apply(task.model, truth), args.pos_noise, args.ang_noise,
                                        args.vel_noise)
-                    trajs = [record_trajectory(world, pusher_excitation(task, 1000 * seed + j, kind), 1000 * seed + j,
+                    trajs = [record_trajectory(world, task.excitation(1000 * seed + j, kind), 1000 * seed + j,
                                                args.ticks) for j in range(n_traj)]
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
                                       errors_in_variables=not args.no_eiv)

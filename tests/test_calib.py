@@ -15,7 +15,6 @@ from twinloop.calib import (
     calibrate,
     free_starts,
     make_windows,
-    pusher_excitation,
     record_trajectory,
 )
 from twinloop.calib.windows import window_controls
@@ -62,7 +61,7 @@ class DelayedWorld(SimWorld):
 
 def record(task, space, n, kind="excite", ticks=40, truth=TRUTH, world=None):
     world = world or SimWorld(task, model=space.apply(task.model, truth))
-    return [record_trajectory(world, pusher_excitation(task, s, kind), s, ticks) for s in range(n)]
+    return [record_trajectory(world, task.excitation(s, kind), s, ticks) for s in range(n)]
 
 
 @pytest.fixture(scope="module")

@@ -67,11 +67,50 @@ def test_run_renders_a_video_with_ghosts(tmp_path):
         (["--optimizer", "ppo"], "unknown optimizer 'ppo'"),
         (["--backend", "bullet"], "unknown backend 'bullet'"),
         (["--world", "mars"], "unknown world 'mars'"),
-        (["--episodes", "0"], "episodes must be >= 1"),
-        (["-k", "1"], "num_samples must be >= 2"),
+        (["--episodes", "0"], "episodes must be an integer >= 1, got 0"),
+        (["-k", "1"], "num_samples must be an integer >= 2, got 1"),
+        (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
+        (["--horizon", "inf"], "horizon (s) must be a finite number > 0, got inf"),
+        (["--horizon", "nan"], "horizon (s) must be a finite number > 0, got nan"),
+        (["--severity", "7"], "severity must be an integer >= 0 and <= 3, got 7"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):
     res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--no-video", *args])
     assert res.exit_code == 2
     assert message in " ".join(res.output.split())
+
+
+def test_a_newly_registered_task_appears_in_the_cli_without_editing_it(tmp_path):
+    from twinloop.tasks import TASKS, register_task
+    from twinloop.tasks.block_push import BlockPush
+
+    class Dummy(BlockPush):
+        """Dummy: the block-push scene under another name, registered by a test."""
+
+        name = "dummy-push"
+
+        def default_proposer(self):
+            return None
+
+    assert "dummy-push" not in runner.invoke(app, ["tasks"]).output
+    register_task("dummy-push", Dummy)
+    try:
+        _run_the_dummy(tmp_path)
+    finally:
+        TASKS.pop("dummy-push")
+
+
+def _run_the_dummy(tmp_path):
+    import numpy as np
+
+    listed = runner.invoke(app, ["tasks"])
+    assert listed.exit_code == 0 and "dummy-push" in listed.output
+    res = runner.invoke(app, ["run", "--task", "dummy-push", "--proposer", "none", "--episodes", "1",
+                              "--max-ticks", "3", "-k", "4", "--no-video", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["task"] == "dummy-push" and [r["controller"] for r in s["results"]] == ["refined"]
+    assert np.isfinite(s["results"][0]["mean_final_error"])
+    res = runner.invoke(app, ["run", "--task", "dummy-push", "--out", str(tmp_path / "b"), "--no-video"])
+    assert res.exit_code == 2 and "has no scripted proposer" in res.output

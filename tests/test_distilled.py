@@ -179,14 +179,10 @@ def test_tiny_distill_loop_on_block_push_writes_rounds_and_aggregates_data(torch
 
 
 def test_distill_command_runs_and_rejects_bad_input_clearly(torch, tmp_path):
-    import typer
     from typer.testing import CliRunner
 
-    from twinloop.policies.cli import register
+    from twinloop.cli import app
 
-    app = typer.Typer()
-    app.callback()(lambda: None)  # a command group, so `distill` is addressed by name
-    register(app)
     out = tmp_path / "cli"
     args = ["distill", "--task", "block-push", "--world", "nominal", "--collect", "1", "--episodes", "1",
             "-k", "4", "--k-sweep", "", "--no-baseline", "--epochs", "2", "--max-ticks", "4", "--out", str(out)]

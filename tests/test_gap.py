@@ -11,7 +11,6 @@ from twinloop.calib import (
     Trajectory,
     divergence,
     gap,
-    pusher_excitation,
     transitions,
 )
 from twinloop.errors import TwinloopError
@@ -40,7 +39,7 @@ def _record(world, task, seeds, ticks=40, true_state=False):
     out = []
     for s in seeds:
         obs = world.reset(s)
-        policy = pusher_excitation(task, s)
+        policy = task.excitation(s)
         states, actions = [], []
         for k in range(ticks):
             a = policy(obs, k)

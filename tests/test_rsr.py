@@ -73,13 +73,10 @@ def test_bad_config_is_named():
 
 
 def test_cli_runs_rsr_and_calibrates_its_episodes(tmp_path):
-    import typer
     from typer.testing import CliRunner
 
-    from twinloop.calib.cli import register
+    from twinloop.cli import app
 
-    app = typer.Typer()
-    register(app)
     runner = CliRunner()
     out = tmp_path / "rsr"
     res = runner.invoke(app, ["rsr", "--iterations", "1", "--episodes", "1", "--eval-episodes", "1",

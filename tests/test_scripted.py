@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 
 from twinloop.errors import TwinloopError
-from twinloop.policies import ScriptedBlockPush, ScriptedConfig, ScriptedPushT, make_scripted
+from twinloop.policies import ScriptedConfig, make_proposer
 from twinloop.tasks import make_task
 from twinloop.tasks.base import Task
+from twinloop.tasks.block_push import ScriptedBlockPush
+from twinloop.tasks.push_t import ScriptedPushT
 from twinloop.worlds import SimWorld
 
 
@@ -29,31 +31,31 @@ def task_obs(task, s):
     return task.obs_from_data(task.model, d)
 
 
-def test_make_scripted_picks_the_task_script(task):
-    p = make_scripted(task)
+def test_the_scripted_proposer_is_the_tasks_own(task):
+    p = make_proposer(task, "scripted")
     assert isinstance(p, ScriptedPushT if task.name == "push-t" else ScriptedBlockPush)
     assert p.H == round(1.0 / task.control_period)
 
 
-def test_make_scripted_rejects_an_unknown_task():
+def test_a_task_without_a_script_is_refused_by_name():
     class Other(Task):
         name = "other"
 
-    with pytest.raises(TwinloopError, match="no scripted proposer"):
-        make_scripted(Other())
+    with pytest.raises(TwinloopError, match="'other' has no scripted proposer"):
+        make_proposer(Other(), "scripted")
 
 
 def test_propose_gives_one_second_of_targets_within_bounds(task):
-    p = make_scripted(task)
+    p = task.default_proposer()
     state, obs = start(task)
     chunk = p.propose(obs, state)
     assert chunk.shape == (p.H, task.nu)
     assert np.all(chunk >= task.action_low) and np.all(chunk <= task.action_high)
-    np.testing.assert_array_equal(chunk, make_scripted(task).propose(obs, state))
+    np.testing.assert_array_equal(chunk, task.default_proposer().propose(obs, state))
 
 
 def test_propose_moves_the_pusher_toward_the_block_first(task):
-    p = make_scripted(task)
+    p = task.default_proposer()
     state, obs = start(task, 3)
     chunk = p.propose(obs, state)
     d0 = np.linalg.norm(state[0:2] - state[2:4])
@@ -61,7 +63,7 @@ def test_propose_moves_the_pusher_toward_the_block_first(task):
 
 
 def test_sample_is_seeded_varied_and_in_bounds(task):
-    p = make_scripted(task)
+    p = task.default_proposer()
     state, obs = start(task, 1)
     a = p.sample(obs, state, 8, np.random.default_rng(5))
     assert a.shape == (8, p.H, task.nu)
@@ -72,7 +74,7 @@ def test_sample_is_seeded_varied_and_in_bounds(task):
 
 
 def test_sample_rejects_bad_arguments(task):
-    p = make_scripted(task)
+    p = task.default_proposer()
     state, obs = start(task)
     with pytest.raises(TwinloopError, match="n >= 1"):
         p.sample(obs, state, 0, np.random.default_rng(0))
@@ -91,7 +93,7 @@ def test_the_detour_keeps_the_pusher_off_the_block():
     from twinloop.tasks.push_t import distance_to_t
 
     task = make_task("push-t")
-    p = make_scripted(task)
+    p = task.default_proposer()
     # right yaw, but up and right of the goal: the push must come from the block's far side,
     # and the pusher starts between the block and the goal
     s = np.zeros(task.nstate)
@@ -109,7 +111,7 @@ def test_the_detour_keeps_the_pusher_off_the_block():
 
 
 def test_scripted_pushes_bring_the_block_closer_to_the_goal(task):
-    p = make_scripted(task)
+    p = task.default_proposer()
     world = SimWorld(task)
     errors = []
     for seed in (0, 1):
@@ -123,7 +125,7 @@ def test_scripted_pushes_bring_the_block_closer_to_the_goal(task):
 
 
 def test_reset_forgets_the_last_contact(task):
-    p = make_scripted(task)
+    p = task.default_proposer()
     state, obs = start(task)
     p.propose(obs, state)
     assert p._last is not None

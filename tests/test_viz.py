@@ -113,21 +113,27 @@ def test_render_episode_rejects_bad_input_and_writes_nothing(task, tmp_path, kw,
 
 def test_ghosts_from_rollouts_keeps_the_best_candidates_and_marks_the_chosen_one():
     rng = np.random.default_rng(0)
-    K, L, nq = 10, 101, 6
-    qpos = rng.normal(size=(2, K, L, nq))  # (P, K, L, nq): the first particle is drawn
+    K, L = 10, 101
+    points = rng.normal(size=(2, K, L, 2, 3))  # (P, K, L, n, 3): the first particle is drawn
     costs = rng.permutation(K).astype(float)
     costs[4] = np.nan  # an unstable rollout is never chosen nor highlighted
-    g = ghosts_from_rollouts(qpos, costs, xy=((0, 1), (2, 3)), max_candidates=5, max_points=11, n_best=2)
-    assert g.traces.shape == (10, 11, 2) and g.chosen.shape == (2, 11, 2)
+    g = ghosts_from_rollouts(points, costs, max_candidates=5, max_points=11, n_best=2)
+    assert g.traces.shape == (10, 11, 3) and g.chosen.shape == (2, 11, 3)
     best = int(np.nanargmin(costs))
-    np.testing.assert_array_equal(g.chosen[1], qpos[0, best, ::10, 2:4])
+    np.testing.assert_array_equal(g.chosen[1], points[0, best, ::10, 1])
     np.testing.assert_array_equal(np.sort(g.costs[::2]), np.sort(costs[np.isfinite(costs)])[:5])
     assert g.best_mask().sum() == 4  # 2 best candidates x 2 traced points
 
 
-def test_ghosts_from_rollouts_rejects_bad_index_pairs():
-    with pytest.raises(TwinloopError, match="xy"):
-        ghosts_from_rollouts(np.zeros((3, 5, 4)), xy=((0, 7),))
+def test_ghosts_from_rollouts_rejects_points_without_coordinates():
+    with pytest.raises(TwinloopError, match="points must have shape"):
+        ghosts_from_rollouts(np.zeros((3, 5, 4)))
+
+
+def test_task_trace_points_follow_the_pusher_and_the_block(task):
+    q = np.array([[0.01, 0.02, -0.1, 0.05, 0.0, 0.0]])
+    pts = task.trace_points(q, np.zeros((1, task.model.nsensordata)))
+    np.testing.assert_allclose(pts[0, :, :2], [[0.01, 0.02], [-0.1, 0.05]])
 
 
 # -- plots -------------------------------------------------------------------------------------

@@ -293,7 +293,7 @@ class Controller:
         self.n_fallbacks = 0
         if seed is not None:
             self.refiner.reseed(seed)
-        if self.proposer is not None and hasattr(self.proposer, "reset"):
+        if self.proposer is not None and callable(getattr(self.proposer, "reset", None)):
             self.proposer.reset(seed)
 
     def act(self, obs) -> np.ndarray:
@@ -315,7 +315,7 @@ class Controller:
         warm = self._warm
         if warm is None:
             # start still: hold the pusher where it is if the task can say where that is
-            warm = prior if prior is not None else self.refiner.hold_plan(self._hold_action(state))
+            warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
         try:
             res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals)
         except Exception as exc:  # fall back, never crash the robot loop
@@ -328,9 +328,3 @@ class Controller:
         self.last = TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
                              iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds, result=res)
         return self.last.action
-
-    def _hold_action(self, state: np.ndarray) -> np.ndarray:
-        hold = getattr(self.task, "hold_action", None)
-        if hold is not None:
-            return hold(state)
-        return (self.refiner.spec.low + self.refiner.spec.high) / 2

@@ -20,13 +20,12 @@ from twinloop.calib.windows import (
     as_trajectories,
     free_starts,
     make_windows,
-    pusher_excitation,
     record_trajectory,
 )
 
 __all__ = [
     "METHODS", "METRICS", "CalibConfig", "Gap", "GapConfig", "Posterior", "RSRConfig", "RSRLoop", "RSRResult",
     "StateError", "Trajectory", "Windows", "as_trajectories", "calibrate", "divergence", "free_starts", "gap",
-    "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "pusher_excitation", "record_trajectory",
+    "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "record_trajectory",
     "recovery_error", "rsr_table", "run_rsr", "transitions",
 ]

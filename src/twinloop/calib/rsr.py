@@ -139,7 +139,7 @@ class RSRLoop:
     """One RSR run in ``out``; :meth:`run` does (or resumes) all iterations."""
 
     def __init__(self, config: RSRConfig, out: str | os.PathLike, world=None, mode: str = "new"):
-        from twinloop.run.compare import make_proposer
+        from twinloop.policies import make_proposer
         from twinloop.tasks import make_task
         from twinloop.twin import make_twin
 
@@ -322,7 +322,7 @@ class RSRLoop:
         its = state["iterations"][: cfg.iterations + 1]
         summary = {
             "task": self.task.name,
-            "world": self.world.describe() if hasattr(self.world, "describe") else {"world": type(self.world).__name__},
+            "world": self.world.describe(),
             "seed": cfg.seed,
             "episodes": cfg.eval_episodes,
             "results": [r["result"] for r in its],

@@ -340,41 +340,5 @@ def record_trajectory(world, policy: Callable[[np.ndarray, int], np.ndarray], se
     return Trajectory(np.array(states), np.array(actions), seed if index is None else index)
 
 
-def pusher_excitation(task: Task, seed: int, kind: str = "excite", period: int = 10) -> Callable:
-    """A scripted excitation for the planar pusher tasks (pusher at ``qpos[0:2]``, block at
-    ``qpos[2:4]``): ``f(obs, tick) -> action``.
-
-    ``excite``: every ``period`` ticks pick a new direction (roughly toward the table's middle)
-    and speed; approach behind the block (3 ticks), push through it (5), back off (2): speed-ups,
-    pushes and free slides that separate friction from mass. ``constant``: one push along +x at
-    constant speed, which only fixes their product (a poorly excited set).
-    """
-    if kind not in ("excite", "constant"):
-        raise TwinloopError(f"unknown excitation {kind!r}; choose excite or constant")
-    rng = np.random.default_rng([seed, 7])
-    reach = 0.075 if task.name == "block-push" else 0.09
-    mem: dict = {}
-
-    def f(obs, k):
-        s = task.state_from_obs(obs)
-        pusher, block = s[0:2], s[2:4]
-        if kind == "constant":
-            return np.clip([pusher[0] + 0.02, block[1]], task.action_low, task.action_high)
-        if k % period == 0:
-            ang = np.arctan2(-block[1], -block[0]) + rng.uniform(-0.8, 0.8)
-            mem["d"] = np.array([np.cos(ang), np.sin(ang)])
-            mem["speed"] = rng.uniform(0.05, 0.15)
-        d, ph = mem["d"], (k % period) / period
-        if ph < 0.3:
-            tgt = block - d * reach
-        elif ph < 0.8:
-            tgt = block + d * mem["speed"]
-        else:
-            tgt = pusher - d * 0.03
-        return np.clip(tgt, task.action_low, task.action_high)
-
-    return f
-
-
 __all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "free_starts", "make_windows",
-           "pusher_excitation", "record_trajectory", "split_episodes", "window_controls", "window_rollout_states"]
+           "record_trajectory", "split_episodes", "window_controls", "window_rollout_states"]

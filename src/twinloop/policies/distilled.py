@@ -122,27 +122,22 @@ def _angle_columns(task: Task) -> list[int]:
     return [i for i, n in enumerate(task.obs_names) if n.endswith("yaw") or n.endswith("theta")]
 
 
-def _goal(task: Task) -> np.ndarray:
-    g = getattr(task, "goal", None)
-    return np.zeros(0) if g is None else np.asarray(g, dtype=float).ravel()
-
-
 def features(task: Task, obs: np.ndarray) -> np.ndarray:
     """``(..., n_obs)`` observations -> ``(..., F)`` policy inputs (obs, sin/cos of angles, goal)."""
     obs = np.asarray(obs, dtype=float)
     ang = obs[..., _angle_columns(task)]
-    goal = np.broadcast_to(_goal(task), (*obs.shape[:-1], len(_goal(task))))
+    g = task.goal_features()
+    goal = np.broadcast_to(g, (*obs.shape[:-1], len(g)))
     return np.concatenate([obs, np.sin(ang), np.cos(ang), goal], axis=-1)
 
 
 def _anchor(task: Task, obs: np.ndarray, relative: bool) -> np.ndarray:
     """``(T, nu)`` what chunks are predicted relative to: ``task.hold_action`` of each state
-    (zeros when not relative or the task has no hold action)."""
+    (zeros when not relative)."""
     obs = np.atleast_2d(obs)
-    hold = getattr(task, "hold_action", None)
-    if not relative or hold is None:
+    if not relative:
         return np.zeros((len(obs), task.nu))
-    return np.stack([np.asarray(hold(task.state_from_obs(o)), dtype=float) for o in obs])
+    return np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
 
 
 def chunk_targets(actions: np.ndarray, horizon: int) -> np.ndarray:
@@ -297,7 +292,7 @@ class DistilledPolicy:
             "obs_dim": len(self.task.obs_names),
             "action_dim": int(self.task.nu),
             "chunk": self.horizon,
-            "goal": _goal(self.task).tolist(),
+            "goal": self.task.goal_features().tolist(),
             "config": asdict(self.config),
             "torch_version": str(torch.__version__),
             "twinloop_version": getattr(twinloop, "__version__", "unknown"),

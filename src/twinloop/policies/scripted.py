@@ -20,12 +20,14 @@ along its face), the lead and adds smooth target noise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array
 from twinloop.tasks.base import Task
+from twinloop.tasks.planar import cross, rotate
 
 
 @dataclass(frozen=True)
@@ -71,16 +73,7 @@ class ScriptedConfig:
             raise TwinloopError(f"ScriptedConfig.top_k must be >= 1, got {self.top_k}")
 
 
-def _rot(v: np.ndarray, yaw: float) -> np.ndarray:
-    c, s = np.cos(yaw), np.sin(yaw)
-    return v @ np.array([[c, s], [-s, c]])
-
-
-def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
-
-
-class _PointPusher:
+class PointPusher:
     """Shared machinery; a subclass gives the contact menu and the block's geometry.
 
     Subclass attributes: ``contacts (M, 2)`` and ``normals (M, 2)`` (block frame, inward),
@@ -151,16 +144,16 @@ class _PointPusher:
     # -- the script --------------------------------------------------------------------------
 
     def _wanted(self, pose: np.ndarray) -> np.ndarray:
-        c = pose[:2] + _rot(self.centroid, pose[2])
+        c = pose[:2] + rotate(self.centroid, pose[2])
         dp = self.goal_centroid() - c
         return np.array([dp[0], dp[1], self.config.yaw_weight * self.gyration * self.yaw_error(pose[2])])
 
     def _pushes(self, pose: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """World contact points, inward normals and unit generalized directions ``(M, 3)``."""
-        pts = pose[:2] + _rot(self.contacts, pose[2])
-        nrm = _rot(self.normals, pose[2])
-        r = pts - (pose[:2] + _rot(self.centroid, pose[2]))
-        u = np.column_stack([nrm, _cross(r, nrm) / self.gyration])
+        pts = pose[:2] + rotate(self.contacts, pose[2])
+        nrm = rotate(self.normals, pose[2])
+        r = pts - (pose[:2] + rotate(self.centroid, pose[2]))
+        u = np.column_stack([nrm, cross(r, nrm) / self.gyration])
         return pts, nrm, u / np.linalg.norm(u, axis=1, keepdims=True)
 
     def _rank(self, state: np.ndarray) -> np.ndarray:
@@ -177,10 +170,10 @@ class _PointPusher:
         pose, p = self.pose(state), np.asarray(state[0:2], dtype=float)
         pts, nrm, u = self._pushes(pose)
         n = nrm[i]
-        contact = pts[i] + shift * _rot(self.faces[i], pose[2]) - n * self.pusher_radius
+        contact = pts[i] + shift * rotate(self.faces[i], pose[2]) - n * self.pusher_radius
         push = float(np.clip(u[i] @ self._wanted(pose), cfg.min_push, cfg.push_speed * self.dt * self.H))
         rel = p - contact
-        depth, lateral = float(rel @ n), float(abs(_cross(n, rel)))
+        depth, lateral = float(rel @ n), float(abs(cross(n, rel)))
         if lateral < cfg.in_position and -cfg.standoff - cfg.in_position < depth < cfg.in_position:
             path, speeds = [p, contact + n * (push + lead)], [cfg.push_speed]
         else:
@@ -194,7 +187,7 @@ class _PointPusher:
         seg = p + np.linspace(0.0, 1.0, 16)[:, None] * (goal - p)
         if self.clear_of_block(pose, seg).all():
             return []
-        c = pose[:2] + _rot(self.centroid, pose[2])
+        c = pose[:2] + rotate(self.centroid, pose[2])
         R = self.radius + self.pusher_radius + self.config.clearance
         a0 = np.arctan2(*(p - c)[::-1])
         a1 = np.arctan2(*(goal - c)[::-1])
@@ -223,83 +216,38 @@ class _PointPusher:
         return out
 
 
-class ScriptedPushT(_PointPusher):
-    """Point-pushing script for push-t: push the T's bar and stem faces."""
+def pusher_excitation(task: Task, seed: int, kind: str = "excite", *, reach: float,
+                      period: int = 10) -> Callable[[np.ndarray, int], np.ndarray]:
+    """A scripted excitation for the planar pusher tasks (pusher at ``qpos[0:2]``, block at
+    ``qpos[2:4]``): ``f(obs, tick) -> action``.
 
-    def __init__(self, task: Task, config: ScriptedConfig | None = None):
-        from twinloop.tasks.push_t import BAR, CENTROID, GYRATION, STEM, distance_to_t, wrap
+    ``excite``: every ``period`` ticks pick a new direction (roughly toward the table's middle)
+    and speed; approach behind the block (3 ticks), push through it (5), back off (2): speed-ups,
+    pushes and free slides that separate friction from mass (``reach``: how far behind the
+    block's centre the approach starts, m). ``constant``: one push along +x at
+    constant speed, which only fixes their product (a poorly excited set).
+    """
+    if kind not in ("excite", "constant"):
+        raise TwinloopError(f"unknown excitation {kind!r}; choose excite or constant")
+    rng = np.random.default_rng([seed, 7])
+    mem: dict = {}
 
-        _, by, bx, bh = BAR
-        _, sy, sx, sh = STEM
-        pts, nrm = [], []
-        for x in (-0.05, -0.03, -0.01, 0.01, 0.03, 0.05):  # bar's outer edge
-            pts.append((x, by - bh)), nrm.append((0, 1))
-        for x in (-0.05, -0.035, 0.035, 0.05):  # bar's inner edges, beside the stem
-            pts.append((x, by + bh)), nrm.append((0, -1))
-        for sgn in (-1, 1):  # bar ends and stem sides
-            pts.append((sgn * bx, by)), nrm.append((-sgn, 0))
-            for y in (0.055, 0.08, 0.105):
-                pts.append((sgn * sx, y)), nrm.append((-sgn, 0))
-        pts.append((0.0, sy + sh)), nrm.append((0, -1))  # stem tip
-        self.contacts, self.normals = np.array(pts, float), np.array(nrm, float)
-        self.centroid, self.gyration = np.asarray(CENTROID), GYRATION
-        corners = np.array([[bx, 0], [-bx, 0], [bx, 2 * bh], [sx, sy + sh], [-sx, sy + sh]])
-        self.radius = float(np.linalg.norm(corners - self.centroid, axis=1).max())
-        self.pusher_radius = task.pusher_radius
-        self._dist, self._wrap = distance_to_t, wrap
-        super().__init__(task, config)
+    def f(obs, k):
+        s = task.state_from_obs(obs)
+        pusher, block = s[0:2], s[2:4]
+        if kind == "constant":
+            return np.clip([pusher[0] + 0.02, block[1]], task.action_low, task.action_high)
+        if k % period == 0:
+            ang = np.arctan2(-block[1], -block[0]) + rng.uniform(-0.8, 0.8)
+            mem["d"] = np.array([np.cos(ang), np.sin(ang)])
+            mem["speed"] = rng.uniform(0.05, 0.15)
+        d, ph = mem["d"], (k % period) / period
+        if ph < 0.3:
+            tgt = block - d * reach
+        elif ph < 0.8:
+            tgt = block + d * mem["speed"]
+        else:
+            tgt = pusher - d * 0.03
+        return np.clip(tgt, task.action_low, task.action_high)
 
-    def yaw_error(self, yaw: float) -> float:
-        return float(self._wrap(self.task.goal[2] - yaw))
-
-    def goal_centroid(self) -> np.ndarray:
-        return self.task.goal[:2] + _rot(self.centroid, self.task.goal[2])
-
-    def clear_of_block(self, pose, points):
-        return self._dist(pose, points) > self.pusher_radius + 0.25 * self.config.clearance
-
-
-class ScriptedBlockPush(_PointPusher):
-    """Point-pushing script for block-push: push the cube's faces (4-fold symmetric yaw)."""
-
-    def __init__(self, task: Task, config: ScriptedConfig | None = None):
-        h = task.half
-        pts, nrm = [], []
-        for ax in range(2):
-            for sgn in (-1, 1):
-                for off in (-0.6 * h, 0.0, 0.6 * h):
-                    p = np.zeros(2)
-                    p[ax], p[1 - ax] = sgn * h, off
-                    n = np.zeros(2)
-                    n[ax] = -sgn
-                    pts.append(p), nrm.append(n)
-        self.contacts, self.normals = np.array(pts), np.array(nrm)
-        self.centroid = np.zeros(2)
-        self.gyration = float(np.sqrt((2 * h) ** 2 / 6))  # square of side 2h: r_g^2 = (2h)^2 / 6
-        self.radius = float(np.sqrt(2) * h)
-        self.pusher_radius = task.pusher_radius
-        # the 0.5 kg cube needs ~2.5 N to slide: the 150 N/m stage must lead by ~15 mm
-        super().__init__(task, config or ScriptedConfig(lead=0.015))
-
-    def yaw_error(self, yaw: float) -> float:
-        d = 4 * (self.task.goal[2] - yaw)
-        return float(np.arctan2(np.sin(d), np.cos(d)) / 4)
-
-    def goal_centroid(self) -> np.ndarray:
-        return np.asarray(self.task.goal[:2], float)
-
-    def clear_of_block(self, pose, points):
-        q = _rot(np.asarray(points) - pose[:2], -pose[2])
-        e = np.abs(q) - self.task.half
-        d = np.linalg.norm(np.maximum(e, 0.0), axis=-1) + np.minimum(e.max(axis=-1), 0.0)
-        return d > self.pusher_radius + 0.25 * self.config.clearance
-
-
-SCRIPTED = {"push-t": ScriptedPushT, "block-push": ScriptedBlockPush}
-
-
-def make_scripted(task: Task, config: ScriptedConfig | None = None) -> _PointPusher:
-    """The scripted proposer for ``task`` (``push-t`` | ``block-push``)."""
-    if task.name not in SCRIPTED:
-        raise TwinloopError(f"no scripted proposer for task {task.name!r}; available: {', '.join(SCRIPTED)}")
-    return SCRIPTED[task.name](task, config)
+    return f

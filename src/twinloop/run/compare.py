@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
 from twinloop.control import Controller, Refiner, RefinerConfig
-from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
-from twinloop.plan import make_optimizer
-from twinloop.tasks import make_task
-from twinloop.twin import make_twin
-
-WORLDS = ("shifted", "nominal")
-PROPOSERS = ("scripted", "none")
+from twinloop.errors import TwinloopError, choose, number
+from twinloop.io import output_folder, write_json
+from twinloop.plan import OPTIMIZERS, make_optimizer
+from twinloop.policies import PROPOSERS, make_proposer
+from twinloop.tasks import TASKS, make_task
+from twinloop.twin import BACKENDS, make_twin
+from twinloop.worlds import WORLDS, make_world
 
 
 @dataclass(frozen=True)
@@ -33,15 +32,17 @@ class RunConfig:
     """Every choice of a comparison run (the CLI mirrors these fields).
 
     Attributes:
-        task: ``push-t`` | ``block-push``.
-        optimizer: ``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``.
-        backend: ``mujoco`` | ``mjx`` | ``warp``.
+        task: a registered task (``twinloop.tasks.TASKS``).
+        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``).
+        backend: a twin backend (``twinloop.twin.BACKENDS``).
         num_samples: K candidates per refine iteration.
         horizon: planning horizon (s).
         iterations: refine iterations per control tick.
-        world: ``shifted`` (hidden physics, noise, delay) | ``nominal`` (the twin itself).
+        world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
+            noise, delay) | ``nominal`` (the twin itself).
         severity: ShiftedWorld severity (0-3).
-        proposer: ``scripted`` | ``none`` (refinement from scratch; no baseline row).
+        proposer: ``scripted`` (the task's own) | ``none`` (refinement from scratch; no
+            baseline row); see ``twinloop.policies.PROPOSERS``.
         episodes: episodes per controller.
         seed: seeds the world's hidden physics and, with the episode index, each episode.
         max_ticks: episode length (default: the task's).
@@ -68,43 +69,34 @@ class RunConfig:
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
 
     def __post_init__(self):
-        choose("world", self.world, WORLDS)
-        choose("proposer", self.proposer, PROPOSERS)
-        if self.episodes < 1:
-            raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
+        choose("task", self.task, tuple(TASKS))
+        choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        choose("backend", self.backend, BACKENDS)
+        choose("world", self.world, tuple(WORLDS))
+        choose("proposer", self.proposer, tuple(PROPOSERS))
+        object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
+        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        if not isinstance(self.refiner, dict):
+            raise TwinloopError(f"refiner must be a dict of RefinerConfig fields, got {type(self.refiner).__name__}")
+        unknown = sorted(set(self.refiner) - {f.name for f in fields(RefinerConfig)})
+        if unknown:
+            raise TwinloopError(f"refiner has unknown RefinerConfig field(s) {unknown}")
+        self.refiner_config()  # num_samples, horizon, iterations, seed: checked now, before any work
 
-
-def make_world(task, kind: str, severity: int, seed: int):
-    choose("world", kind, WORLDS)
-    if kind == "nominal":
-        from twinloop.worlds import SimWorld
-
-        return SimWorld(task)
-    from twinloop.worlds.shifted import ShiftedWorld
-
-    return ShiftedWorld(task, severity=severity, seed=seed)
-
-
-def make_proposer(task, kind: str):
-    choose("proposer", kind, PROPOSERS)
-    if kind == "none":
-        return None
-    from twinloop.policies.scripted import make_scripted
-
-    return make_scripted(task)
+    def refiner_config(self) -> RefinerConfig:
+        return RefinerConfig(num_samples=self.num_samples, horizon=self.horizon, iterations=self.iterations,
+                             seed=self.seed, **self.refiner)
 
 
 def build(cfg: RunConfig, keep_rollouts: bool = False):
     """(task, world, proposer, refiner) for a config."""
     task = make_task(cfg.task)
-    world = make_world(task, cfg.world, cfg.severity, cfg.seed)
+    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
-    rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
-                         seed=cfg.seed, **cfg.refiner)
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), rcfg, keep_rollouts=keep_rollouts)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), cfg.refiner_config(), keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
 
 
@@ -113,33 +105,36 @@ def episode_seeds(cfg: RunConfig) -> list[int]:
 
 
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
-    """``f(tick_info) -> Ghosts`` for videos: pusher and block paths of the tick's candidate
-    rollouts (first particle), the lowest-cost ones highlighted and the chosen plan marked."""
+    """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
+    (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
+    ones highlighted and the chosen plan marked."""
     from twinloop.viz.video import ghosts_from_rollouts
 
-    xy = (getattr(task, "pusher_xy", (0, 1)), getattr(task, "block_xy", (2, 3)))
-
     def f(tick):
-        res = getattr(tick, "result", None)
+        res = tick.result
         if res is None or res.rollouts is None:
             return None
+        r = res.rollouts
+        points = task.trace_points(r.qpos[0], r.sensordata[0])
+        if points.shape[-2] == 0:
+            return None
         chosen = int(np.argmin(np.where(np.isfinite(res.costs), res.costs, np.inf)))
-        return ghosts_from_rollouts(res.rollouts.qpos[0], res.costs, xy=xy, chosen=chosen,
-                                    max_candidates=max_candidates)
+        return ghosts_from_rollouts(points, res.costs, chosen=chosen, max_candidates=max_candidates)
 
     return f
 
 
-def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print) -> dict:
+def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print, mode: str = "new") -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
     ``progress(label, done, total)`` is called after each episode (for progress bars).
+    ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an
+    earlier run there (see :func:`twinloop.io.output_folder`).
     """
     from twinloop.run.experiment import run_episode, summarize
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     task, world, proposer, refiner = build(cfg)
+    out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
     seeds = episode_seeds(cfg)
     controllers = []
     if proposer is not None:
@@ -163,7 +158,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         results.append(summarize(name, eps))
     summary = {
         "task": task.name,
-        "world": world.describe() if hasattr(world, "describe") else {"kind": cfg.world},
+        "world": world.describe(),
         "seed": cfg.seed,
         "episodes": cfg.episodes,
         "config": asdict(cfg),
@@ -209,20 +204,15 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
 
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
-    """A fresh dataset for this run's episodes (a previous run's in the same folder is replaced)."""
-    import shutil
-
+    """A new dataset for this run's episodes (its output folder is new or emptied)."""
     from twinloop.data.dataset import Dataset
-
-    if root.exists():
-        shutil.rmtree(root)
 
     info = {
         "fps": 1.0 / task.control_period,
         "twinloop": {
             "task": task.name,
             "controller": name,
-            "world": world.describe() if hasattr(world, "describe") else {"kind": cfg.world},
+            "world": world.describe(),
             "seed": cfg.seed,
             "obs_names": list(task.obs_names),
             "param_names": task.param_space().names,

@@ -23,11 +23,14 @@ class EpisodeResult:
 
     Attributes:
         seed: the episode seed (world reset and controller sampling).
-        success: task success at the end (or when first reached: episodes stop on success).
+        success: task success at the end (or when first reached: episodes stop on success);
+            the world's own ``info["success"]`` when it reports one. Episodes also stop at a
+            task failure and when the world reports ``terminated``.
         final_error: ``task.error`` of the true final state.
         ticks: control ticks taken.
         control_hz: ticks per second of controller compute (``act`` time only).
         fallbacks: ticks where refinement failed and the base proposal was used.
+        failure: why the episode failed beyond recovery (``task.failure``), or ``""``.
         qpos: ``(ticks+1, nq)`` true positions (for videos); ``None`` for worlds without truth.
         ghosts: per tick, the candidates' rollouts summarized for videos (if recorded).
         recorder: the episode recorder (if recording).
@@ -39,6 +42,7 @@ class EpisodeResult:
     ticks: int
     control_hz: float
     fallbacks: int
+    failure: str = ""
     qpos: np.ndarray | None = None
     ghosts: list | None = None
     recorder: object = field(default=None, repr=False)
@@ -63,11 +67,11 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
         rec = EpisodeRecorder.for_task(task, episode_index)
     obs = world.reset(seed)
     controller.reset(seed)
-    info = world.info() if hasattr(world, "info") else {}
+    info = world.info()
     traj = [info["qpos"]] if "qpos" in info else None
     ghost_list = [] if ghosts is not None else None
     compute = 0.0
-    success = False
+    success, failure = False, ""
     k = 0
     for k in range(1, n + 1):
         t0 = time.perf_counter()
@@ -85,8 +89,11 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
         if traj is not None:
             traj.append(info["qpos"])
         truth = info.get("qpos")
-        success = bool(task.success(truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]))
-        if success and stop_on_success:
+        q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
+        # a world's own verdict, when it gives one, is the judge; otherwise the task's test
+        success = bool(info["success"]) if "success" in info else bool(task.success(q))
+        failure = "" if success else task.failure(q)
+        if (success and stop_on_success) or failure or info.get("terminated"):
             break
     final_q = info.get("qpos")
     if final_q is None:
@@ -94,7 +101,7 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     if rec is not None:
         rec.finish(success)
     return EpisodeResult(
-        seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k,
+        seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k, failure=failure,
         control_hz=k / compute if compute > 0 else float("inf"), fallbacks=controller.n_fallbacks,
         qpos=None if traj is None else np.asarray(traj), ghosts=ghost_list, recorder=rec,
     )
@@ -135,4 +142,5 @@ def summarize(controller_name: str, results: Sequence[EpisodeResult]) -> dict:
         "mean_final_error": float(np.mean([r.final_error for r in results])),
         "control_hz": float(np.median(hz)) if hz else float("inf"),
         "fallbacks": int(sum(r.fallbacks for r in results)),
+        "failures": {f: sum(r.failure == f for r in results) for f in sorted({r.failure for r in results} - {""})},
     }

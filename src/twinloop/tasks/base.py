@@ -10,7 +10,8 @@ Cost of a rollout (MuJoCo MPC style, readable at a glance)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -46,23 +47,44 @@ class Residual:
 
 
 class Task:
-    """Base class; subclasses set the class attributes and implement the hooks."""
+    """A task: the contract every task fulfils (hydrax's ``Task`` declares its hooks the same way).
+
+    A subclass sets the class attributes and implements the four required methods
+    (:meth:`residuals`, :meth:`initial_state`, :meth:`success`, :meth:`error`); every other hook
+    has a documented default, so a task only overrides what differs. Nothing in twinloop looks
+    a hook up with ``getattr`` or branches on a task's name.
+
+    Class attributes:
+        name: registry name (``twinloop run --task NAME``).
+        xml: scene file, beside the task module (or an absolute path).
+        control_period: seconds per control tick (a multiple of the scene's timestep).
+        horizon: default planning horizon (s).
+        max_ticks: episode length in control ticks.
+        cost_stride: running costs read every n-th physics step (costs, not physics, coarser).
+        obs_names: names of the observation entries (default: the observation is the full
+            twin state, named ``qpos:i``, ``qvel:i``, ``act:i``).
+        camera: a model camera name for videos, or ``None`` for an orthographic top-down view.
+        action_low, action_high: ``(nu,)`` action bounds (default: the actuators' ctrlrange).
+    """
 
     name: str = "task"
-    xml: str = ""  # scene file name beside the task module
+    xml: str = ""
     control_period: float = 0.1
-    horizon: float = 1.0  # default planning horizon (s)
-    max_ticks: int = 100  # episode length in control ticks
-    cost_stride: int = 5  # running costs read every n-th physics step (costs, not physics, get coarser)
-    action_low: np.ndarray
-    action_high: np.ndarray
-    obs_names: tuple[str, ...] = ()
+    horizon: float = 1.0
+    max_ticks: int = 100
+    cost_stride: int = 5
+    camera: str | None = None
 
     # -- scene -------------------------------------------------------------------------------
 
     @property
     def xml_path(self) -> Path:
-        return Path(__file__).with_name(self.xml)
+        p = Path(self.xml)
+        if p.is_absolute():
+            return p
+        # beside the module of the class that named the file (a subclass elsewhere inherits it)
+        owner = next((c for c in type(self).__mro__ if "xml" in vars(c)), type(self))
+        return Path(inspect.getfile(owner)).with_name(self.xml)
 
     def spec(self) -> mujoco.MjSpec:
         return mujoco.MjSpec.from_file(str(self.xml_path))
@@ -70,6 +92,8 @@ class Task:
     @cached_property
     def model(self) -> mujoco.MjModel:
         """The nominal model (shared; copy before mutating)."""
+        if not self.xml_path.is_file():
+            raise TwinloopError(f"task {self.name!r}: scene file {self.xml_path} does not exist")
         return mujoco.MjModel.from_xml_path(str(self.xml_path))
 
     @property
@@ -87,10 +111,147 @@ class Task:
     def nstate(self) -> int:
         return self.model.nq + self.model.nv + self.model.na
 
-    # -- cost --------------------------------------------------------------------------------
+    @cached_property
+    def obs_names(self) -> tuple[str, ...]:
+        m = self.model
+        return tuple(f"{k}:{i}" for k, n in (("qpos", m.nq), ("qvel", m.nv), ("act", m.na)) for i in range(n))
+
+    @cached_property
+    def action_low(self) -> np.ndarray:
+        return self._ctrlrange()[:, 0]
+
+    @cached_property
+    def action_high(self) -> np.ndarray:
+        return self._ctrlrange()[:, 1]
+
+    def _ctrlrange(self) -> np.ndarray:
+        m = self.model
+        r = m.actuator_ctrlrange.copy()
+        if not (m.actuator_ctrllimited.all() and np.isfinite(r).all()):
+            raise TwinloopError(f"task {self.name!r}: give action_low/action_high, or ctrlrange for every actuator of its scene")
+        return r
+
+    # -- required ----------------------------------------------------------------------------
 
     def residuals(self) -> tuple[Residual, ...]:
-        raise NotImplementedError
+        """The cost: named weighted residual terms (see the module docstring)."""
+        raise NotImplementedError(f"task {self.name!r} defines no residuals")
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        """A start state ``[qpos, qvel, act]`` drawn from the task's reset distribution."""
+        raise NotImplementedError(f"task {self.name!r} defines no initial_state")
+
+    def success(self, qpos: np.ndarray) -> bool:
+        """Whether ``(nq,)`` true positions solve the task."""
+        raise NotImplementedError(f"task {self.name!r} defines no success test")
+
+    def error(self, qpos: np.ndarray) -> np.ndarray:
+        """Distance to the goal of ``(..., nq)`` positions (units documented per task)."""
+        raise NotImplementedError(f"task {self.name!r} defines no error")
+
+    # -- hooks with defaults -----------------------------------------------------------------
+
+    def description(self) -> str:
+        """What the task asks, in a few sentences (for help text and language-model prompts).
+        Default: the first paragraph of the class (or module) docstring."""
+        doc = inspect.getdoc(type(self)) or inspect.getdoc(inspect.getmodule(type(self))) or self.name
+        return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+    def failure(self, qpos: np.ndarray) -> str:
+        """Why ``(nq,)`` positions have failed beyond recovery (e.g. ``"toppled"``), or ``""``.
+        An episode stops at a failure. Default: never fails."""
+        return ""
+
+    def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+        """What the robot's sensors report (noise-free), shape ``(len(obs_names),)``.
+        Default: the full twin state ``[qpos, qvel, act]``."""
+        return np.concatenate([data.qpos, data.qvel, data.act])
+
+    def state_from_obs(self, obs) -> np.ndarray:
+        """Twin state ``[qpos, qvel, act]`` estimated from an observation. Default: the
+        observation is the full state."""
+        return self.check_obs(obs)
+
+    def check_obs(self, obs) -> np.ndarray:
+        return as_array(obs, f"{self.name} observation", (len(self.obs_names),))
+
+    def obs_units(self) -> tuple[str, ...]:
+        """Unit of each observation entry: ``m``, ``rad``, ``m/s`` or ``rad/s`` (what a
+        shifted world's observation noise is scaled by). Default: from the names (``*_v?`` and
+        ``qvel:*`` velocities, ``*yaw*``/``*angle*`` angles, the rest positions); for the full
+        state, from the joint types."""
+        m = self.model
+        rot_q, rot_v = np.zeros(m.nq, bool), np.zeros(m.nv, bool)
+        for j in range(m.njnt):
+            t, qa, va = mujoco.mjtJoint(m.jnt_type[j]), m.jnt_qposadr[j], m.jnt_dofadr[j]
+            if t in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_BALL):
+                rot_q[qa : qa + (1 if t == mujoco.mjtJoint.mjJNT_HINGE else 4)] = True
+                rot_v[va : va + (1 if t == mujoco.mjtJoint.mjJNT_HINGE else 3)] = True
+            elif t == mujoco.mjtJoint.mjJNT_FREE:
+                rot_q[qa + 3 : qa + 7], rot_v[va + 3 : va + 6] = True, True
+        out = []
+        for name in self.obs_names:
+            kind, _, idx = name.partition(":")
+            if kind in ("qpos", "qvel") and idx.isdigit():
+                rot = (rot_q if kind == "qpos" else rot_v)[int(idx)]
+                out.append(("rad" if rot else "m") + ("/s" if kind == "qvel" else ""))
+            elif kind == "act" and idx.isdigit():
+                out.append("m")
+            elif name.rsplit("_", 1)[-1] in ("vx", "vy", "vz"):
+                out.append("m/s")
+            elif name.rsplit("_", 1)[-1] in ("wx", "wy", "wz"):
+                out.append("rad/s")
+            elif "yaw" in name or "angle" in name:
+                out.append("rad")
+            else:
+                out.append("m")
+        return tuple(out)
+
+    def hold_action(self, state: np.ndarray) -> np.ndarray:
+        """The action that keeps the robot where it is in ``state`` (the start of a plan made
+        from nothing). Default: the middle of the action range."""
+        return (self.action_low + self.action_high) / 2
+
+    def goal_features(self) -> np.ndarray:
+        """The goal as a flat vector, appended to a learned policy's inputs. Default: none."""
+        return np.zeros(0)
+
+    def param_space(self) -> ParamSpace:
+        """The default physical parameters to randomize or calibrate. Default: none."""
+        return ParamSpace(())
+
+    def default_proposer(self):
+        """The task's scripted base proposer (``propose(obs, state) -> (H, nu)``), or ``None``
+        when the task has none (refinement then starts from nothing)."""
+        return None
+
+    def excitation(self, seed: int, kind: str = "excite") -> Callable[[np.ndarray, int], np.ndarray]:
+        """A seeded policy ``f(obs, tick) -> action`` that excites the dynamics for calibration.
+
+        Default (``kind="excite"``): a new uniformly random target in the action range every
+        ``period`` ticks, moved to linearly (smooth, bounded, covers the range).
+        """
+        if kind != "excite":
+            raise TwinloopError(f"task {self.name!r} has no excitation {kind!r}; it has: excite")
+        rng = np.random.default_rng([seed, 7])
+        lo, hi, period = self.action_low, self.action_high, 10
+        mem: dict = {}
+
+        def f(obs, k):
+            if k % period == 0 or "to" not in mem:
+                mem["from"] = mem.get("to", self.hold_action(self.state_from_obs(obs)))
+                mem["to"] = rng.uniform(lo, hi)
+            w = (k % period + 1) / period
+            return np.clip((1 - w) * mem["from"] + w * mem["to"], lo, hi)
+
+        return f
+
+    def trace_points(self, qpos: np.ndarray, sensordata: np.ndarray) -> np.ndarray:
+        """``(..., n, 3)`` world points (m) whose paths a video draws as ghost rollouts, from
+        ``(..., nq)`` positions and ``(..., nsensordata)`` sensor readings. Default: none."""
+        return np.zeros((*np.shape(qpos)[:-1], 0, 3))
+
+    # -- cost --------------------------------------------------------------------------------
 
     def cost_terms(self, traj: Traj) -> dict[str, np.ndarray]:
         """Weighted value of every residual term, each ``(...)``."""
@@ -116,30 +277,77 @@ class Task:
             traj = Traj(rollouts.qpos, rollouts.qvel, rollouts.sensordata, rollouts.ctrl[None])
         return sum(self.cost_terms(traj).values())
 
-    # -- episodes ----------------------------------------------------------------------------
+
+class SceneTask(Task):
+    """A task from your own MJCF scene and a cost written in a few lines, no subclass needed.
+
+    Example::
+
+        task = SceneTask("reach.xml", name="reach",
+                         residuals=[Residual("tip", 1.0, lambda t: t.sensordata[..., 1:, 0:3] - goal)],
+                         error=lambda q: np.linalg.norm(q[..., :2] - goal[:2], axis=-1),
+                         tolerance=0.01)
+
+    The observation is the full twin state; the start state is the scene's first keyframe (or
+    its default pose), with ``start_noise`` (rad or m, uniform) added to ``qpos``; actions are
+    bounded by the actuators' ``ctrlrange``. Success is ``error(qpos) <= tolerance`` unless a
+    ``success`` function is given.
+
+    Args:
+        xml: path to the scene (MJCF).
+        residuals: the cost terms (:class:`Residual`).
+        error: ``f((..., nq) qpos) -> (...)`` distance to the goal.
+        tolerance: success threshold on ``error``.
+        success: optional ``f((nq,) qpos) -> bool`` replacing the threshold test.
+        name, control_period, horizon, max_ticks, cost_stride: as the class attributes.
+        start_noise: half-width of the uniform noise added to the start ``qpos``.
+    """
+
+    def __init__(self, xml, residuals: Sequence[Residual], error: Callable[[np.ndarray], np.ndarray],
+                 tolerance: float = 0.0, success: Callable[[np.ndarray], bool] | None = None, *,
+                 name: str = "scene", control_period: float = 0.05, horizon: float = 1.0,
+                 max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0):
+        self.xml = str(Path(xml).resolve())
+        self.name = str(name)
+        self._residuals = tuple(residuals)
+        if not self._residuals or not all(isinstance(r, Residual) for r in self._residuals):
+            raise TwinloopError("residuals must be a non-empty sequence of Residual")
+        for label, fn in (("error", error), ("success", success)):
+            if fn is not None and not callable(fn):
+                raise TwinloopError(f"{label} must be callable, got {type(fn).__name__}")
+        self._error, self._success = error, success
+        for label, v, ok in (("tolerance", tolerance, tolerance >= 0), ("control_period", control_period, control_period > 0),
+                             ("horizon", horizon, horizon > 0), ("start_noise", start_noise, start_noise >= 0)):
+            if not (np.isfinite(v) and ok):
+                raise TwinloopError(f"{label} must be a finite number in range, got {v}")
+        self.tolerance = float(tolerance)
+        self.control_period, self.horizon = float(control_period), float(horizon)
+        self.max_ticks, self.cost_stride = int(max_ticks), int(cost_stride)
+        self.start_noise = float(start_noise)
+        self.substeps  # noqa: B018 - the period must be a multiple of the timestep: fail now
+
+    def residuals(self) -> tuple[Residual, ...]:
+        return self._residuals
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
-        """A start state ``[qpos, qvel, act]`` drawn from the task's reset distribution."""
-        raise NotImplementedError
+        m = self.model
+        d = mujoco.MjData(m)
+        if m.nkey:
+            mujoco.mj_resetDataKeyframe(m, d, 0)
+        qpos = d.qpos + rng.uniform(-self.start_noise, self.start_noise, m.nq) if self.start_noise else d.qpos.copy()
+        return np.concatenate([qpos, d.qvel, d.act])
 
-    def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        """What the robot's sensors report (noise-free), shape ``(len(obs_names),)``."""
-        raise NotImplementedError
-
-    def state_from_obs(self, obs) -> np.ndarray:
-        """Twin state ``[qpos, qvel, act]`` estimated from an observation."""
-        raise NotImplementedError
-
-    def check_obs(self, obs) -> np.ndarray:
-        return as_array(obs, f"{self.name} observation", (len(self.obs_names),))
+    def hold_action(self, state: np.ndarray) -> np.ndarray:
+        m = self.model
+        if m.nkey:  # a keyframe's ctrl is where its author meant the actuators to rest
+            return np.clip(m.key_ctrl[0], self.action_low, self.action_high)
+        return super().hold_action(state)
 
     def error(self, qpos: np.ndarray) -> np.ndarray:
-        """Distance to the goal of ``(..., nq)`` positions (task units documented per task)."""
-        raise NotImplementedError
+        return np.asarray(self._error(np.asarray(qpos, dtype=float)), dtype=float)
 
     def success(self, qpos: np.ndarray) -> bool:
-        raise NotImplementedError
-
-    def param_space(self) -> ParamSpace:
-        """The default physical parameters to randomize or calibrate."""
-        return ParamSpace(())
+        q = as_array(qpos, "qpos", (self.model.nq,))
+        if self._success is not None:
+            return bool(self._success(q))
+        return bool(self.error(q) <= self.tolerance)

@@ -14,12 +14,9 @@ import mujoco
 import numpy as np
 
 from twinloop.params import Param, ParamSpace
+from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
-
-
-def wrap(a: np.ndarray) -> np.ndarray:
-    """Angle(s) wrapped to (-pi, pi]."""
-    return np.arctan2(np.sin(a), np.cos(a))
+from twinloop.tasks.planar import on_floor, rotate, wrap
 
 
 def _yaw_residual(yaw: np.ndarray, goal: float, symmetry: int) -> np.ndarray:
@@ -95,6 +92,21 @@ class BlockPush(Task):
         """The action that keeps the pusher where it is."""
         return np.clip(state[0:2], self.action_low, self.action_high)
 
+    def goal_features(self) -> np.ndarray:
+        return self.goal.copy()
+
+    def default_proposer(self) -> ScriptedBlockPush:
+        return ScriptedBlockPush(self)
+
+    def excitation(self, seed: int, kind: str = "excite"):
+        """Pusher excitation (``excite`` | ``constant``), see :func:`pusher_excitation`."""
+        return pusher_excitation(self, seed, kind, reach=0.075)
+
+    def trace_points(self, qpos, sensordata) -> np.ndarray:
+        """The pusher and the block's centre, on the floor."""
+        q = np.asarray(qpos)
+        return on_floor(np.stack([q[..., 0:2], q[..., 2:4]], axis=-2))
+
     def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
         q, v = data.qpos, data.qvel
         return np.array([q[0], q[1], q[2], q[3], q[5], v[0], v[1], v[2], v[3], v[5]])
@@ -124,3 +136,39 @@ class BlockPush(Task):
             Param("block_mass", ("body:block/mass",), 0.05, 3.0, 0.5),
             Param("block_damping", ("dof:block_x/damping", "dof:block_y/damping"), 0.0, 2.0, 0.05, 0.1),
         ))
+
+
+class ScriptedBlockPush(PointPusher):
+    """Point-pushing script for block-push: push the cube's faces (4-fold symmetric yaw)."""
+
+    def __init__(self, task: Task, config: ScriptedConfig | None = None):
+        h = task.half
+        pts, nrm = [], []
+        for ax in range(2):
+            for sgn in (-1, 1):
+                for off in (-0.6 * h, 0.0, 0.6 * h):
+                    p = np.zeros(2)
+                    p[ax], p[1 - ax] = sgn * h, off
+                    n = np.zeros(2)
+                    n[ax] = -sgn
+                    pts.append(p), nrm.append(n)
+        self.contacts, self.normals = np.array(pts), np.array(nrm)
+        self.centroid = np.zeros(2)
+        self.gyration = float(np.sqrt((2 * h) ** 2 / 6))  # square of side 2h: r_g^2 = (2h)^2 / 6
+        self.radius = float(np.sqrt(2) * h)
+        self.pusher_radius = task.pusher_radius
+        # the 0.5 kg cube needs ~2.5 N to slide: the 150 N/m stage must lead by ~15 mm
+        super().__init__(task, config or ScriptedConfig(lead=0.015))
+
+    def yaw_error(self, yaw: float) -> float:
+        d = 4 * (self.task.goal[2] - yaw)
+        return float(np.arctan2(np.sin(d), np.cos(d)) / 4)
+
+    def goal_centroid(self) -> np.ndarray:
+        return np.asarray(self.task.goal[:2], float)
+
+    def clear_of_block(self, pose, points):
+        q = rotate(np.asarray(points) - pose[:2], -pose[2])
+        e = np.abs(q) - self.task.half
+        d = np.linalg.norm(np.maximum(e, 0.0), axis=-1) + np.minimum(e.max(axis=-1), 0.0)
+        return d > self.pusher_radius + 0.25 * self.config.clearance

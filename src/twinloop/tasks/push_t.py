@@ -37,7 +37,9 @@ from shapely.geometry import Polygon, box
 
 from twinloop.errors import TwinloopError, as_array
 from twinloop.params import Param, ParamSpace
+from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
+from twinloop.tasks.planar import on_floor, rotate, wrap
 
 # the T in its own frame (m): (centre x, centre y, half width, half height) of bar and stem
 BAR = (0.0, 0.015, 0.060, 0.015)
@@ -73,17 +75,6 @@ def pose_to_pusht(pose) -> np.ndarray:
     if p.shape[-1] != 3:
         raise TwinloopError(f"pose must have shape (..., 3), got {p.shape}")
     return np.concatenate([p[..., :2] * 1000.0 + 256.0, p[..., 2:3]], axis=-1)
-
-
-def wrap(a):
-    """Angle(s) wrapped to (-pi, pi]."""
-    return np.arctan2(np.sin(a), np.cos(a))
-
-
-def rotate(v: np.ndarray, yaw) -> np.ndarray:
-    """Rotate ``(..., 2)`` vectors by ``yaw`` (broadcast)."""
-    c, s = np.cos(yaw), np.sin(yaw)
-    return np.stack([c * v[..., 0] - s * v[..., 1], s * v[..., 0] + c * v[..., 1]], axis=-1)
 
 
 def to_world(pose, local) -> np.ndarray:
@@ -262,6 +253,20 @@ class PushT(Task):
         """The action that keeps the pusher where it is."""
         return np.clip(np.asarray(state)[0:2], self.action_low, self.action_high)
 
+    def goal_features(self) -> np.ndarray:
+        return self.goal.copy()
+
+    def default_proposer(self) -> ScriptedPushT:
+        return ScriptedPushT(self)
+
+    def excitation(self, seed: int, kind: str = "excite"):
+        """Pusher excitation (``excite`` | ``constant``), see :func:`pusher_excitation`."""
+        return pusher_excitation(self, seed, kind, reach=0.09)
+
+    def trace_points(self, qpos, sensordata) -> np.ndarray:
+        """The pusher and the T's area centroid, on the floor."""
+        return on_floor(np.stack([np.asarray(qpos)[..., 0:2], to_world(self.block_pose(qpos), CENTROID)], axis=-2))
+
     def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
         q, v = data.qpos, data.qvel
         return np.array([q[0], q[1], q[2], q[3], wrap(q[5]), v[0], v[1], v[2], v[3], v[5]])
@@ -284,3 +289,36 @@ class PushT(Task):
             Param("block_mass", ("body:block/mass",), 0.02, 1.0, mass, 0.1),
             Param("block_damping", ("dof:block_x/damping", "dof:block_y/damping"), 0.0, 2.0, 0.05, 0.2),
         ))
+
+
+class ScriptedPushT(PointPusher):
+    """Point-pushing script for push-t: push the T's bar and stem faces."""
+
+    def __init__(self, task: Task, config: ScriptedConfig | None = None):
+        _, by, bx, bh = BAR
+        _, sy, sx, sh = STEM
+        pts, nrm = [], []
+        for x in (-0.05, -0.03, -0.01, 0.01, 0.03, 0.05):  # bar's outer edge
+            pts.append((x, by - bh)), nrm.append((0, 1))
+        for x in (-0.05, -0.035, 0.035, 0.05):  # bar's inner edges, beside the stem
+            pts.append((x, by + bh)), nrm.append((0, -1))
+        for sgn in (-1, 1):  # bar ends and stem sides
+            pts.append((sgn * bx, by)), nrm.append((-sgn, 0))
+            for y in (0.055, 0.08, 0.105):
+                pts.append((sgn * sx, y)), nrm.append((-sgn, 0))
+        pts.append((0.0, sy + sh)), nrm.append((0, -1))  # stem tip
+        self.contacts, self.normals = np.array(pts, float), np.array(nrm, float)
+        self.centroid, self.gyration = np.asarray(CENTROID), GYRATION
+        corners = np.array([[bx, 0], [-bx, 0], [bx, 2 * bh], [sx, sy + sh], [-sx, sy + sh]])
+        self.radius = float(np.linalg.norm(corners - self.centroid, axis=1).max())
+        self.pusher_radius = task.pusher_radius
+        super().__init__(task, config)
+
+    def yaw_error(self, yaw: float) -> float:
+        return float(wrap(self.task.goal[2] - yaw))
+
+    def goal_centroid(self) -> np.ndarray:
+        return to_world(self.task.goal, self.centroid)
+
+    def clear_of_block(self, pose, points):
+        return distance_to_t(pose, points) > self.pusher_radius + 0.25 * self.config.clearance

@@ -24,7 +24,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,13 +109,13 @@ def _use(backend: str) -> None:
 
 
 def _traces(x, name: str) -> np.ndarray:
-    """``(G, L, 2)`` float array; may be empty (nothing to draw), may hold NaN (skipped)."""
+    """``(G, L, 2|3)`` float array; may be empty (nothing to draw), may hold NaN (skipped)."""
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TwinloopError(f"{name} must be numeric, got {type(x).__name__}") from exc
-    if arr.ndim != 3 or arr.shape[2] != 2:
-        raise TwinloopError(f"{name} must have shape (G, L, 2) (XY polylines), got {arr.shape}")
+    if arr.ndim != 3 or arr.shape[2] not in (2, 3):
+        raise TwinloopError(f"{name} must have shape (G, L, 2) (XY polylines) or (G, L, 3) (XYZ), got {arr.shape}")
     return arr
 
 
@@ -124,10 +124,12 @@ class Ghosts:
     """Candidate traces to draw over one frame.
 
     Attributes:
-        traces: ``(G, L, 2)`` XY polylines (m) of candidate rollouts.
+        traces: ``(G, L, 2)`` XY or ``(G, L, 3)`` XYZ polylines (m) of candidate rollouts. The
+            top-down view draws every trace just above the scene; a perspective camera draws
+            XYZ traces where they are.
         costs: ``(G,)`` cost of each trace's rollout, or ``None``; the traces of the ``n_best``
             lowest costs are highlighted (non-finite costs never are).
-        chosen: ``(C, L', 2)`` traces of the chosen plan, drawn in a distinct colour, or ``None``.
+        chosen: ``(C, L', 2|3)`` traces of the chosen plan, drawn in a distinct colour, or ``None``.
         n_best: how many lowest costs to highlight.
     """
 
@@ -156,33 +158,30 @@ class Ghosts:
         return finite & np.isin(self.costs, levels)
 
 
-def ghosts_from_rollouts(qpos, costs=None, *, xy: Sequence[tuple[int, int]] = ((0, 1), (2, 3)),
-                         chosen=None, max_candidates: int = 32, max_points: int = 21,
-                         n_best: int = 3) -> Ghosts:
-    """Ghost traces from a batch of rolled-out ``qpos``.
+def ghosts_from_rollouts(points, costs=None, *, chosen=None, max_candidates: int = 32,
+                         max_points: int = 21, n_best: int = 3) -> Ghosts:
+    """Ghost traces from the paths of traced points in a batch of rollouts.
 
     Args:
-        qpos: ``(K, L, nq)`` candidate trajectories, or ``(P, K, L, nq)`` (the first parameter
-            particle is drawn), e.g. ``RefineResult.rollouts.qpos``.
+        points: ``(K, L, n, d)`` positions of ``n`` traced points (``d`` = 2 or 3, m) along
+            each candidate's rollout, or ``(P, K, L, n, d)`` (the first parameter particle is
+            drawn); e.g. ``task.trace_points(rollouts.qpos, rollouts.sensordata)``.
         costs: ``(K,)`` candidate costs (e.g. ``RefineResult.costs``); the lowest are kept
             when there are more than ``max_candidates`` and the best ``n_best`` highlighted.
-        xy: qpos index pairs of the points to trace (block-push: pusher ``(0, 1)``, block
-            centre ``(2, 3)``).
-        chosen: the chosen plan: an index into K, an ``(L', nq)`` trajectory, or ``None``
-            (the lowest-cost candidate when ``costs`` is given).
+        chosen: the chosen plan: an index into K, an ``(L', n, d)`` path, or ``None`` (the
+            lowest-cost candidate when ``costs`` is given).
         max_candidates: most candidates drawn.
         max_points: points kept per trace (evenly spaced, first and last kept): a rollout
             has one point per physics step, far more than a video needs.
     """
-    q = np.asarray(qpos, dtype=float)
-    if q.ndim == 4:
-        q = q[0]
-    if q.ndim != 3:
-        raise TwinloopError(f"qpos must have shape (K, L, nq) or (P, K, L, nq), got {np.shape(qpos)}")
-    K, _, nq = q.shape
-    pairs = [tuple(int(i) for i in p) for p in xy]
-    if not pairs or any(len(p) != 2 or not all(0 <= i < nq for i in p) for p in pairs):
-        raise TwinloopError(f"xy must be pairs of qpos indices in [0, {nq}), got {xy}")
+    x = as_array(points, "points", finite=False)
+    if x.ndim == 5:
+        x = x[0]
+    if x.ndim != 4 or x.shape[-1] not in (2, 3):
+        raise TwinloopError(f"points must have shape (K, L, n, 2|3) or (P, K, L, n, 2|3), got {np.shape(points)}")
+    K, L, n, dim = x.shape
+    if max_points < 2:
+        raise TwinloopError(f"max_points must be >= 2, got {max_points}")
     c = None
     order = np.arange(K)
     if costs is not None:
@@ -191,15 +190,14 @@ def ghosts_from_rollouts(qpos, costs=None, *, xy: Sequence[tuple[int, int]] = ((
             raise TwinloopError(f"costs must have shape ({K},), got {c.shape}")
         order = np.argsort(np.where(np.isfinite(c), c, np.inf), kind="stable")
     keep = order[:max_candidates]
-    L = q.shape[1]
-    if max_points < 2:
-        raise TwinloopError(f"max_points must be >= 2, got {max_points}")
-    pts = np.unique(np.linspace(0, L - 1, min(L, max_points)).round().astype(int))
 
-    def trace(traj):  # (..., L, nq) -> (..., len(xy), L, 2)
-        return np.stack([traj[..., list(p)] for p in pairs], axis=-3)
+    def sub(m: int) -> np.ndarray:
+        return np.unique(np.linspace(0, m - 1, min(m, max_points)).round().astype(int))
 
-    traces = trace(q[keep][:, pts]).reshape(-1, len(pts), 2)
+    def trace(path):  # (..., L', n, d) -> (..., n, L', d)
+        return np.swapaxes(path, -3, -2)
+
+    traces = trace(x[keep][:, sub(L)]).reshape(-1, len(sub(L)), dim)
     if chosen is None and c is not None and np.isfinite(c).any():
         chosen = int(order[0])
     if chosen is None:
@@ -207,11 +205,11 @@ def ghosts_from_rollouts(qpos, costs=None, *, xy: Sequence[tuple[int, int]] = ((
     elif np.ndim(chosen) == 0:
         if not 0 <= int(chosen) < K:
             raise TwinloopError(f"chosen index {chosen} is outside [0, {K})")
-        ch = trace(q[int(chosen)][pts])
+        ch = trace(x[int(chosen)][sub(L)])
     else:
-        cq = as_array(chosen, "chosen", (None, nq), finite=False)
-        ch = trace(cq[np.unique(np.linspace(0, len(cq) - 1, min(len(cq), max_points)).round().astype(int))])
-    return Ghosts(traces, None if c is None else np.repeat(c[keep], len(pairs)), ch, n_best)
+        cp = as_array(chosen, "chosen", (None, n, dim), finite=False)
+        ch = trace(cp[sub(len(cp))])
+    return Ghosts(traces, None if c is None else np.repeat(c[keep], n), ch, n_best)
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -270,9 +268,12 @@ def _n_segments(g: Ghosts | None) -> int:
     return n
 
 
-def _draw(scene: mujoco.MjvScene, traces: np.ndarray, z: float, px: float, rgba: np.ndarray) -> None:
-    """Append each ``(L, 2)`` trace as ``L-1`` line segments ``px`` pixels wide at height ``z``."""
+def _draw(scene: mujoco.MjvScene, traces: np.ndarray, z: float | None, px: float, rgba: np.ndarray) -> None:
+    """Append each ``(L, 2|3)`` trace as ``L-1`` line segments ``px`` pixels wide, at height
+    ``z`` (or, for ``z=None`` and XYZ traces, where the points are)."""
     eye = np.eye(3).ravel()
+    if z is not None or traces.shape[-1] == 2:
+        traces = np.concatenate([traces[..., :2], np.full((*traces.shape[:-1], 1), z or 0.0)], axis=-1)
     for tr in traces:
         for a, b in zip(tr[:-1], tr[1:], strict=True):
             if scene.ngeom >= scene.maxgeom:
@@ -281,8 +282,7 @@ def _draw(scene: mujoco.MjvScene, traces: np.ndarray, z: float, px: float, rgba:
                 continue  # unstable rollouts and zero-length segments have nothing to draw
             g = scene.geoms[scene.ngeom]
             mujoco.mjv_initGeom(g, mujoco.mjtGeom.mjGEOM_LINE, np.zeros(3), np.zeros(3), eye, rgba)
-            mujoco.mjv_connector(g, mujoco.mjtGeom.mjGEOM_LINE, px,
-                                 np.array([a[0], a[1], z]), np.array([b[0], b[1], z]))
+            mujoco.mjv_connector(g, mujoco.mjtGeom.mjGEOM_LINE, px, a, b)
             scene.ngeom += 1
 
 
@@ -336,14 +336,14 @@ def render_frames(task, model: mujoco.MjModel | None, qpos_seq, *, ghosts=None, 
             mujoco.mj_forward(m, d)
             r.update_scene(d, camera)
             if g is not None:
-                if z is None:
+                if z is None and (top_down or g.traces.shape[-1] == 2):
                     z = _scene_top(m, d)
                 best = g.best_mask()
                 px = max(width, height) / 480  # line widths scale with the image
-                _draw(r.scene, g.traces[~best], z, 1.5 * px, _FAINT)
-                _draw(r.scene, g.traces[best], z + 1e-4, 2.5 * px, _BEST)
-                if g.chosen is not None:
-                    _draw(r.scene, g.chosen, z + 2e-4, 4.0 * px, _CHOSEN)
+                for traces, dz, w, rgba in ((g.traces[~best], 0.0, 1.5, _FAINT), (g.traces[best], 1e-4, 2.5, _BEST),
+                                            (g.chosen, 2e-4, 4.0, _CHOSEN)):
+                    if traces is not None:
+                        _draw(r.scene, traces, None if z is None else z + dz, w * px, rgba)
             yield r.render().copy()
 
 
@@ -358,7 +358,7 @@ def render_episode(task, model: mujoco.MjModel | None, qpos_seq, path: str | os.
         qpos_seq: ``(T, nq)`` positions, one per frame.
         path: output file (written to a temp file beside it, then renamed).
         ghosts: ``None`` or ``T`` items (or ``T - 1``, one per action: the last frame, the
-            final state, then has none), each ``None``, a ``(G, L, 2)`` array of XY traces
+            final state, then has none), each ``None``, a ``(G, L, 2|3)`` array of traces
             (m), a :class:`Ghosts` (costs to highlight the best, the chosen plan), or a dict
             of named ``(G, L, 2)`` trace groups with optional ``chosen`` and ``costs``.
         fps: frames per second.
@@ -367,7 +367,8 @@ def render_episode(task, model: mujoco.MjModel | None, qpos_seq, path: str | os.
             ``mujoco.MjvCamera``.
         view_size: metres of the scene shown by the default camera (default 4x the model's
             extent).
-        ghost_z: height (m) ghosts are drawn at (default: just above every geom).
+        ghost_z: height (m) ghosts are drawn at (default: just above every geom in the top-down
+            view; where the points are, for XYZ traces seen through a camera).
 
     Raises:
         RenderingUnavailable: no offscreen GL backend works (names what to install).

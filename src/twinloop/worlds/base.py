@@ -1,17 +1,19 @@
-"""The world protocol and the simplest world: the task's own scene, stepped in MuJoCo.
+"""The world contract and the simplest world: the task's own scene, stepped in MuJoCo.
 
 A world is what the robot really acts in::
 
     obs = world.reset(seed)
     obs, info = world.step(action)     # holds ``action`` for one control period
+    world.info()                       # what the last reset or step reported
+    world.describe()                   # JSON-serializable: what kind of world, what is hidden
 
 ``info`` carries at least ``time`` (s) and, for simulated worlds, ``qpos``/``qvel`` (the
-hidden true state, used by benchmarks and success tests, never by controllers).
+hidden true state, used by benchmarks and success tests, never by controllers). A world may
+also report ``terminated`` (the episode is over: stop), ``truncated`` and ``success`` (its own
+verdict, which then replaces the task's test).
 """
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import mujoco
 import numpy as np
@@ -20,15 +22,38 @@ from twinloop.errors import TwinloopError, as_array, number
 from twinloop.tasks.base import Task
 
 
-class World(Protocol):
+class World:
+    """Base of every world: ``reset`` and ``step`` to implement, the rest has defaults.
+
+    Attributes:
+        task: the task whose controller acts here.
+        name: the world's kind (``nominal``, ``shifted``, ``gym`` ...).
+    """
+
+    name = "world"
     task: Task
 
-    def reset(self, seed: int) -> np.ndarray: ...
+    def reset(self, seed: int) -> np.ndarray:
+        """Start an episode; the same seed gives the same episode. Returns the observation."""
+        raise NotImplementedError
 
-    def step(self, action) -> tuple[np.ndarray, dict]: ...
+    def step(self, action) -> tuple[np.ndarray, dict]:
+        """Apply ``action`` for one control period; returns ``(obs, info)``."""
+        raise NotImplementedError
+
+    def info(self) -> dict:
+        """What the last ``reset``/``step`` reported (default: nothing beyond the clock)."""
+        return {"time": 0.0}
+
+    def describe(self) -> dict:
+        """JSON-serializable description (what kind of world, what it hides from the twin)."""
+        return {"world": self.name, "task": self.task.name}
+
+    def close(self) -> None:
+        """Release what the world holds (threads, processes, sockets); default: nothing."""
 
 
-class SimWorld:
+class SimWorld(World):
     """The task's scene in CPU MuJoCo: the nominal twin acting as the world.
 
     Subclasses change ``self.model`` (hidden physics) and override ``_observe`` / ``_actuate``
@@ -58,7 +83,7 @@ class SimWorld:
         mujoco.mj_resetData(m, d)
         d.qpos[:] = state[: m.nq]
         d.qvel[:] = state[m.nq : m.nq + m.nv]
-        d.ctrl[:] = self.task.hold_action(state) if hasattr(self.task, "hold_action") else 0.0
+        d.ctrl[:] = self.task.hold_action(state)
         mujoco.mj_forward(m, d)
         self.t = 0
         self._started = True

@@ -18,9 +18,10 @@ from collections.abc import Callable
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array
+from twinloop.worlds.base import World
 
 
-class GymWorld:
+class GymWorld(World):
     """A gymnasium env behind the world protocol.
 
     Args:

@@ -54,16 +54,12 @@ def shifted_params(task: Task, severity: int, seed: int) -> np.ndarray:
 
 
 def _noise_scales(task: Task, severity: int) -> np.ndarray:
-    """Per-entry noise std from the observation names (velocities, angles, positions)."""
-    out = []
-    for name in task.obs_names:
-        if name.rsplit("_", 1)[-1] in ("vx", "vy", "vz", "wx", "wy", "wz"):
-            out.append(VEL_NOISE[severity])
-        elif "yaw" in name or "angle" in name:
-            out.append(ANG_NOISE[severity])
-        else:
-            out.append(POS_NOISE[severity])
-    return np.array(out)
+    """Per-entry noise std from the units of the task's observation entries."""
+    scale = {"m": POS_NOISE, "rad": ANG_NOISE, "m/s": VEL_NOISE, "rad/s": VEL_NOISE}
+    units = task.obs_units()
+    if len(units) != len(task.obs_names) or not set(units) <= set(scale):
+        raise TwinloopError(f"task {task.name!r}: obs_units() must give one of {sorted(scale)} per observation entry")
+    return np.array([scale[u][severity] for u in units])
 
 
 class ShiftedWorld(SimWorld):

@@ -1,0 +1,29 @@
+"""`twinloop ...`: the command line. Each command mirrors a frozen config dataclass; each
+command group is one module here; option choices and help come from the registries (tasks,
+worlds, proposers, optimizers, backends), so a newly registered one needs no CLI edit."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import typer  # noqa: E402
+
+from twinloop.cli import calib, dataset, distill, run  # noqa: E402
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Rehearse each action in a digital twin before acting; keep the twin calibrated.")
+for _group in (run, calib, distill):
+    for _command in _group.COMMANDS:
+        app.command()(_command)
+for _name, _sub in dataset.GROUPS.items():
+    app.add_typer(_sub, name=_name)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

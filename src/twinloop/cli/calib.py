@@ -1,0 +1,173 @@
+"""`twinloop calibrate` and `twinloop rsr`: fit a twin to recorded episodes; run the RSR loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from twinloop.calib.fit import METHODS, CalibConfig
+from twinloop.calib.fit import calibrate as fit
+from twinloop.calib.gap import METRICS
+from twinloop.calib.rsr import RSRConfig, RSRLoop, rsr_table
+from twinloop.cli.common import console, guard, one_of, progress_bar
+from twinloop.data import Dataset, load_lerobot
+from twinloop.errors import TwinloopError, number
+from twinloop.io import out_mode, output_folder, write_json
+from twinloop.plan import OPTIMIZERS
+from twinloop.policies import PROPOSERS
+from twinloop.tasks import TASKS, make_task
+
+
+def _names(text: str) -> tuple[str, ...] | None:
+    names = tuple(v for v in text.replace(" ", "").split(",") if v)
+    return names or None
+
+
+def parse_column_map(text: str) -> dict[str, str | None]:
+    """``"obs=observation.state,action=action,timestamp="`` -> ``{field: column or None}``."""
+    out: dict[str, str | None] = {}
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        if "=" not in item:
+            raise TwinloopError(f"column map entries look like field=column, got {item!r}")
+        k, v = (s.strip() for s in item.split("=", 1))
+        out[k] = v or None
+    return out
+
+
+def load_episodes(task: str | None, dataset: str, lerobot: bool, column_map: str, fps: float):
+    """Episodes from a twinloop dataset folder, or foreign LeRobot Parquet with a column map.
+
+    Returns ``(task, episodes, world)``. A twinloop dataset names the task it was recorded on:
+    ``task`` may be ``None`` (use it) but must not contradict it; foreign data need ``task``.
+    """
+    if not Path(dataset).exists():
+        raise TwinloopError(f"no such dataset: {dataset}")
+    if lerobot or column_map:
+        if task is None:
+            raise TwinloopError("--task is required for foreign LeRobot data (it does not name a twinloop task)")
+        t = make_task(task)
+        fps = 1.0 / t.control_period if fps == 0 else number(fps, "--fps", low=0, low_open=True)
+        eps = load_lerobot(dataset, parse_column_map(column_map), fps=fps)
+        return t, eps, {"world": "lerobot", "source": str(dataset)}
+    ds = Dataset(dataset)
+    recorded = ds.info.get("twinloop", {}).get("task")
+    if task is not None and recorded and recorded != task:
+        raise TwinloopError(f"dataset {dataset} was recorded on task {recorded!r}, not {task!r}; "
+                            "drop --task or pass the dataset's task")
+    if task is None and not recorded:
+        raise TwinloopError(f"dataset {dataset} does not name its task; pass --task")
+    t = make_task(task or recorded)
+    world = ds.info.get("twinloop", {}).get("world", {"world": "dataset", "source": str(dataset)})
+    return t, ds.episodes(), world
+
+
+c = CalibConfig()  # defaults shown by the options below
+r = RSRConfig()
+
+
+@guard
+def calibrate(
+    dataset: str = typer.Argument(..., help="A twinloop dataset folder, or LeRobot Parquet (with --lerobot)."),
+    task: str = typer.Option(None, help=one_of(TASKS, "Task the episodes were recorded on (default: the dataset's own; needed for --lerobot):")),
+    method: str = typer.Option(c.method, help=one_of(METHODS)),
+    params: str = typer.Option("", help="Parameters to fit, comma-separated (default: the task's space)."),
+    window: int = typer.Option(c.window, help="Multiple-shooting window (control ticks)."),
+    stride: int = typer.Option(0, help="Ticks between window starts (0: the window length)."),
+    start_clearance: float = typer.Option(c.start_clearance, help="Start windows only where moving bodies are this far apart (m); 0 anywhere."),
+    max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
+    errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out)."),
+    delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
+    holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
+    particles: int = typer.Option(c.particles, help="Posterior samples to write."),
+    lerobot: bool = typer.Option(False, help="Read foreign LeRobot Parquet instead of a twinloop dataset."),
+    column_map: str = typer.Option("", help="LeRobot columns, e.g. 'obs=observation.state,action=action'."),
+    fps: float = typer.Option(0.0, help="Frames per second of LeRobot data without timestamps (0: the task's)."),
+    seed: int = typer.Option(c.seed),
+    out: str = typer.Option("twinloop-calib", help="Output folder (summary.json, posterior.json); must be new or empty."),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
+):
+    """Fit the twin's physical parameters to recorded episodes; report how well each is pinned down."""
+    cfg = CalibConfig(method=method, window=window, stride=stride or None,
+                      start_clearance=start_clearance or None, max_evals=max_evals,
+                      errors_in_variables=errors_in_variables,
+                      delay_steps=None if delay_steps == -1 else delay_steps,
+                      holdout_fraction=holdout, particles=particles, seed=seed)
+    t, eps, world = load_episodes(task, dataset, lerobot, column_map, fps)
+    space = t.param_space()
+    names = _names(params)
+    if names:
+        space = space.subset(names)
+    o = output_folder(out, out_mode(overwrite=overwrite))  # before the fit: an unwritable --out fails now
+    console.print(f"[bold]twinloop calibrate[/] {t.name}: {len(eps)} episodes, {cfg.method}, "
+                  f"parameters {', '.join(space.names)}")
+    with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TextColumn("{task.completed}/{task.total} evals"),
+                  TextColumn("best {task.fields[best]:.4g}"), TimeElapsedColumn(), console=console) as prog:
+        bar = prog.add_task("calibrate", total=cfg.max_evals, best=float("nan"))
+        post = fit(t, eps, space, config=cfg,
+                   progress=lambda n, f: prog.update(bar, completed=min(n, cfg.max_evals), best=f))
+    console.print(post.report())
+    summary = {"task": t.name, "world": world, "seed": seed, "episodes": len(eps), "results": [],
+               "calibration": post.to_dict(), "config": cfg.__dict__, "dataset": str(dataset)}
+    write_json(o / "posterior.json", post.to_dict(), allow_nan=False)
+    write_json(o / "summary.json", summary, allow_nan=False)
+    console.print(f"wrote {o / 'summary.json'}, {o / 'posterior.json'}")
+
+
+@guard
+def rsr(
+    task: str = typer.Option(r.task, help=one_of(TASKS)),
+    severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
+    world_seed: int = typer.Option(r.world_seed, help="Seed of the world's hidden physics."),
+    iterations: int = typer.Option(r.iterations, help="Collect -> calibrate -> evaluate rounds."),
+    episodes: int = typer.Option(r.episodes, help="Episodes collected per iteration."),
+    eval_episodes: int = typer.Option(r.eval_episodes, help="Episodes evaluated per iteration."),
+    max_ticks: int = typer.Option(r.max_ticks or 0, help="Episode length in ticks (0: the task's)."),
+    beta: float = typer.Option(r.beta, help="InfoGap weight while collecting (0: task cost only)."),
+    params: str = typer.Option("", help="Parameters to calibrate, comma-separated (default: all)."),
+    particles: int = typer.Option(r.particles, help="Parameter particles the collecting controller plans under."),
+    method: str = typer.Option(r.method, help=one_of(METHODS)),
+    window: int = typer.Option(r.window, help="Calibration window (ticks)."),
+    max_evals: int = typer.Option(r.max_evals, help="Calibration budget per iteration."),
+    errors_in_variables: bool = typer.Option(r.errors_in_variables, help="Calibration treats window starts as noisy observations."),
+    gap_metric: str = typer.Option(r.gap_metric, help=one_of(METRICS)),
+    proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
+    optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZERS)),
+    num_samples: int = typer.Option(r.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
+    horizon: float = typer.Option(r.horizon, help="Planning horizon (s)."),
+    seed: int = typer.Option(r.seed),
+    out: str = typer.Option("twinloop-rsr", help="Output folder; must be new or empty unless --resume / --overwrite."),
+    resume: bool = typer.Option(False, help="Continue the unfinished run in --out (same options)."),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
+):
+    """The Real-Sim-Real loop on a ShiftedWorld: collect (InfoGap) -> calibrate -> evaluate."""
+    cfg = RSRConfig(task=task, severity=severity, world_seed=world_seed, iterations=iterations,
+                    episodes=episodes, eval_episodes=eval_episodes, max_ticks=max_ticks or None, beta=beta,
+                    params=_names(params), particles=particles, method=method, window=window,
+                    max_evals=max_evals, errors_in_variables=errors_in_variables, gap_metric=gap_metric, proposer=proposer, optimizer=optimizer,
+                    num_samples=num_samples, horizon=horizon, seed=seed)
+    loop = RSRLoop(cfg, out, mode=out_mode(resume, overwrite))
+    done = loop.completed
+    if done >= 0:
+        console.print(f"resuming {out}: iterations up to {done} are done")
+    console.print(f"[bold]twinloop rsr[/] {cfg.task}, severity {cfg.severity}: {cfg.iterations} iteration(s), "
+                  f"beta={cfg.beta:g}, {cfg.method}")
+    per_iter = cfg.episodes + cfg.eval_episodes
+    total = (cfg.eval_episodes if done < 0 else 0) + per_iter * max(cfg.iterations - max(done, 0), 0)
+    with progress_bar() as prog:
+        bars = {"episodes": prog.add_task("episodes", total=total),
+                "fits": prog.add_task("calibrate", total=max(cfg.iterations - max(done, 0), 0))}
+
+        def tick(stage, n):
+            prog.advance(bars["fits" if stage == "calibrate" else "episodes"], n)
+
+        res = loop.run(progress=tick, log=console.print)
+    console.print(rsr_table(res.summary))
+    if res.posterior is not None:
+        console.print(res.posterior.report(truth=[res.summary["truth"][n] for n in res.posterior.names]
+                                           if res.summary.get("truth") else None))
+    console.print("wrote " + ", ".join(str(p) for p in res.paths.values()))
+
+
+COMMANDS = (calibrate, rsr)

@@ -1,0 +1,75 @@
+"""What every command shares: the console, progress bars, the error guard, registry choices."""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from twinloop.errors import TwinloopError
+
+console = Console()
+OUT_HELP = "Output folder; must be new or empty unless --overwrite (see twinloop.io.output_folder)."
+
+
+def one_of(registry, what: str = "") -> str:
+    """Help text listing a registry's names (the CLI never spells them out by hand)."""
+    names = " | ".join(registry)
+    return f"{what} {names}".strip() if what else names
+
+
+def progress_bar() -> Progress:
+    return Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+@contextmanager
+def progress_ticks():
+    """A progress display yielding ``tick(label, done, total)``: one bar per label."""
+    with progress_bar() as prog:
+        bars = {}
+
+        def tick(label, done, total):
+            if label not in bars:
+                bars[label] = prog.add_task(label, total=total)
+            prog.update(bars[label], completed=done)
+
+        yield tick
+
+
+def results_table(summary: dict) -> Table:
+    from twinloop.viz.plots import world_label
+
+    t = Table(title=f"{summary['task']} in {world_label(summary['world'])} world "
+                    f"({summary['episodes']} episodes per controller, seed {summary['seed']})")
+    for col in ("controller", "success", "95% CI", "final error", "control Hz"):
+        t.add_column(col, justify="right" if col != "controller" else "left")
+    for r in summary["results"]:
+        lo, hi = r["success_ci"]
+        t.add_row(r["controller"], f"{100 * r['success_rate']:.0f}% ({r['successes']}/{r['episodes']})",
+                  f"[{100 * lo:.0f}%, {100 * hi:.0f}%]", f"{r['mean_final_error']:.4f}", f"{r['control_hz']:.1f}")
+    return t
+
+
+def guard(fn):
+    """Turn every expected failure into a one-line message and exit code 2: bad input
+    (:class:`TwinloopError`) and the operating system refusing a file (``OSError``: a full
+    disk, a missing permission). Anything else is a bug and keeps its traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except TwinloopError as exc:
+            console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from exc
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            console.print(f"[red]error:[/] cannot access{where}: {exc.strerror or exc}", soft_wrap=True)
+            raise typer.Exit(2) from exc
+
+    return wrapper
