@@ -391,7 +391,9 @@ class Dataset:
             (folder / k).write_text(t)
             fsync_path(folder / k)
         fsync_path(folder)
-        link = self.root / ".meta.tmp"
+        # the new link is made in the store (so a writer that dies here leaves nothing outside
+        # it); its relative target resolves from where it is renamed to
+        link = self.root / STORE / "meta.link"
         if link.is_symlink() or link.exists():
             link.unlink()
         os.symlink(os.path.join(STORE, name), link)
