@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from twinloop.calib import CalibConfig, as_trajectories
 from twinloop.calib.fit import Posterior, _laplace
-from twinloop.calib.gap import GapConfig
+from twinloop.calib.gap import GapConfig, divergence
 from twinloop.calib.windows import Trajectory
 from twinloop.cli import app
 from twinloop.control import Refiner, RefinerConfig
@@ -101,7 +101,9 @@ def test_a_model_list_is_checked_once_not_every_rollout(push_t, monkeypatch):
     (lambda: make_optimizer("cem", elite_fraction=np.nan), "CEM elite_fraction"),
     (lambda: Param("f", "geom:block/friction[0]", 0.1, 1.0, 0.5, prior_std=np.nan), "prior_std must be a finite number > 0"),
     (lambda: CalibConfig(jac_step=0), "jac_step (prior stds) must be a finite number > 0 and <= 10, got 0"),
-    (lambda: GapConfig(ridge=0), "ridge must be a finite number > 0, got 0"),
+    (lambda: GapConfig(ridge=-1), "ridge must be a finite number >= 0, got -1"),
+    (lambda: divergence(np.c_[np.zeros(20), np.arange(20.0)], np.c_[np.zeros(20), np.arange(20.0)],
+                        GapConfig(metric="kl", ridge=0)), "covariance is singular at ridge=0"),
     (lambda: make_task("block-push", goal=(np.nan, 0.0, 0.0)), "goal (x, y, yaw) contains NaN"),
     (lambda: make_task("push-t", colour="red"), "task 'push-t' does not take ['colour']"),
 ])

@@ -17,14 +17,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import mujoco
 import numpy as np
 
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
 from twinloop.plan import RISKS, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
 from twinloop.tasks.base import Task
-from twinloop.twin.base import Rollouts, Twin, scene_mismatch
+from twinloop.twin.base import Rollouts, Twin, check_twin_scene
 
 #: physics steps one refine iteration may simulate (K x horizon steps), about 4 GB of states
 _MAX_STEPS = 5e7
@@ -125,16 +124,7 @@ class Refiner:
                                 ("optimizer", optimizer, "update"), ("twin", twin, "rollout"), ("task", task, "cost")):
             if not callable(getattr(obj, hook, None)):
                 raise TwinloopError(f"{what} {type(obj).__name__} has no {hook}() method")
-        # the task's cost reads the twin's arrays by the task's layout: the twin must simulate
-        # the task's scene (equal nu alone let a block-push refiner run on a push-t twin)
-        model = getattr(twin, "model", None)  # a twin without a MuJoCo model (e.g. learned) shows its sizes
-        if isinstance(model, mujoco.MjModel):
-            diff = scene_mismatch(model, task.model, timestep=False)
-        else:
-            diff = ", ".join(f"{k} {getattr(twin, k, None)} vs {getattr(task, k)}" for k in ("nu", "nstate")
-                             if getattr(twin, k, None) != getattr(task, k))
-        if diff:
-            raise TwinloopError(f"the twin does not simulate task {task.name!r}'s scene: {diff} (twin vs task)")
+        check_twin_scene(twin, task.model, task.name)  # equal nu alone let a block-push refiner run on push-t
         n = task.control_period / twin.dt
         if abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
             raise TwinloopError(f"the twin's timestep {twin.dt:g} s does not divide task {task.name!r}'s control "

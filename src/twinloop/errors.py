@@ -23,6 +23,8 @@ class RefinementFailed(RuntimeError):
 
 def as_array(x, name: str, shape: Sequence[int | None] | None = None, finite: bool = True) -> np.ndarray:
     """Return ``x`` as a float64 array, checking its shape (``None`` = any size) and finiteness."""
+    if np.iscomplexobj(x):  # a cast would drop the imaginary part without a word
+        raise TwinloopError(f"{name} must be real, got complex values")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -57,6 +57,7 @@ from twinloop.calib.windows import (
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
+from twinloop.twin.base import check_twin_scene
 
 METHODS = ("least_squares", "cma", "mjx")
 _BAD = 1e3  # residual per component of an unstable rollout (in error units): huge but finite
@@ -330,6 +331,7 @@ class WindowProblem:
     def __init__(self, task: Task, twin, windows: Sequence[Windows], error: StateError, delay: int = 0):
         if not hasattr(twin, "rollout_many"):
             raise TwinloopError(f"twin {type(twin).__name__} has no rollout_many; calibration needs a batched twin")
+        check_twin_scene(twin, task.model, task.name)
         self.task, self.twin, self.windows, self.error = task, twin, list(windows), error
         self.delay = int(delay)
         self.substeps = task.substeps

@@ -97,7 +97,10 @@ class EpisodeRecorder:
     @classmethod
     def for_task(cls, task, episode_index: int, task_index: int = 0) -> EpisodeRecorder:
         """A recorder that splits ``twin_state`` with ``task.model``'s nq and nv."""
-        return cls(episode_index, task_index, nq=task.model.nq, nv=task.model.nv)
+        model = getattr(task, "model", None)
+        if not hasattr(model, "nq"):
+            raise TwinloopError(f"for_task takes a Task (with a model), got {type(task).__name__}")
+        return cls(episode_index, task_index, nq=model.nq, nv=model.nv)
 
     def __len__(self) -> int:
         return len(self._t)
@@ -296,7 +299,11 @@ def _scalar(table: pa.Table, col: str, where: str, dtype=np.float64) -> np.ndarr
     m = _matrix(table, col, where)
     if m.shape[1] != 1:
         raise TwinloopError(f"{where}: column {col!r} holds vectors of length {m.shape[1]}, expected scalars")
-    return m[:, 0].astype(dtype)
+    v = m[:, 0]
+    if np.issubdtype(dtype, np.integer) and not (np.isfinite(v).all() and (v == np.round(v)).all()):
+        bad = v[~(np.isfinite(v) & (v == np.round(v)))][0]
+        raise TwinloopError(f"{where}: column {col!r} must hold integers, got {bad}")
+    return v.astype(dtype)
 
 
 def _episode_from_table(table: pa.Table, cols: Mapping[str, str], where: str, *,
@@ -398,7 +405,10 @@ def load_lerobot(source, column_map: Mapping[str, str | None] | None = None, *,
     groups: dict[int, list[pa.Table]] = {}
     where: dict[int, str] = {}
     for path in _parquet_files(source):
-        have = set(pq.read_schema(path).names)
+        try:
+            have = set(pq.read_schema(path).names)
+        except (pa.ArrowException, OSError) as exc:
+            raise TwinloopError(f"{path} is not a readable Parquet file ({exc})") from exc
         for f, c in cols.items():
             if (f in user or f in ("obs", "action")) and c not in have:
                 raise TwinloopError(f"{path}: column {c!r} (mapped from {f!r}) not found; "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from twinloop.errors import choose
+from dataclasses import fields
+
+from twinloop.errors import TwinloopError, choose
 from twinloop.plan.base import Optimizer, OptState
 from twinloop.plan.best_of_n import BestOfN
 from twinloop.plan.cem import CEM
@@ -17,6 +19,10 @@ OPTIMIZERS = {"mppi": MPPI, "cem": CEM, "predictive": PredictiveSampling, "best_
 def make_optimizer(name: str, **kw) -> Optimizer:
     """An optimizer by name (``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``)."""
     choose("optimizer", name, tuple(OPTIMIZERS))
+    known = {f.name for f in fields(OPTIMIZERS[name])} - {"name"}
+    unknown = sorted(set(kw) - known)
+    if unknown:
+        raise TwinloopError(f"optimizer {name!r} has no setting(s) {unknown}; settings: {', '.join(sorted(known))}")
     return OPTIMIZERS[name](**kw)
 
 

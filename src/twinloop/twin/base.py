@@ -96,6 +96,21 @@ def scene_mismatch(model: mujoco.MjModel, nominal: mujoco.MjModel, timestep: boo
     return ", ".join(diff[:6]) + (f" (+{len(diff) - 6} more)" if len(diff) > 6 else "")
 
 
+def check_twin_scene(twin, model: mujoco.MjModel, task_name: str) -> None:
+    """Raise unless ``twin`` simulates the scene of ``model`` (a task's): a task reads the
+    twin's arrays by its own layout, so equal actuator counts alone are not enough. Every size
+    field is compared (the timestep may differ); a twin without a MuJoCo model (e.g. a learned
+    one) is compared by ``nu`` and ``nstate``."""
+    m = getattr(twin, "model", None)
+    if isinstance(m, mujoco.MjModel):
+        diff = scene_mismatch(m, model, timestep=False)
+    else:
+        want = {"nu": model.nu, "nstate": model.nq + model.nv + model.na}
+        diff = ", ".join(f"{k} {getattr(twin, k, None)} vs {v}" for k, v in want.items() if getattr(twin, k, None) != v)
+    if diff:
+        raise TwinloopError(f"the twin does not simulate task {task_name!r}'s scene: {diff} (twin vs task)")
+
+
 def check_models(models, nominal: mujoco.MjModel) -> list[mujoco.MjModel]:
     """``models`` as a list, each checked to be a model of the same scene as ``nominal``.
 

@@ -30,7 +30,7 @@ from collections import deque
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, number
 from twinloop.tasks.base import Task
 from twinloop.worlds.base import SimWorld
 
@@ -83,7 +83,7 @@ class ShiftedWorld(SimWorld):
     def __init__(self, task: Task, severity: int = 2, seed: int = 0):
         if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:
             raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
-        self.severity, self.seed = int(severity), int(seed)
+        self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)
         self.param_space = task.param_space()
         self.hidden_params = shifted_params(task, self.severity, self.seed)
         model = self.param_space.apply(task.model, self.hidden_params)
