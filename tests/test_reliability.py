@@ -106,6 +106,7 @@ def test_a_model_list_is_checked_once_not_every_rollout(push_t, monkeypatch):
                         GapConfig(metric="kl", ridge=0)), "covariance is singular at ridge=0"),
     (lambda: make_task("block-push", goal=(np.nan, 0.0, 0.0)), "goal (x, y, yaw) contains NaN"),
     (lambda: make_task("push-t", colour="red"), "task 'push-t' does not take ['colour']"),
+    (lambda: make_optimizer("mppi", colour=1), "optimizer 'mppi' has no setting(s) ['colour']"),
 ])
 def test_non_numbers_are_refused_naming_argument_and_value(make, message):
     with pytest.raises(TwinloopError) as exc:
@@ -116,6 +117,24 @@ def test_non_numbers_are_refused_naming_argument_and_value(make, message):
 def test_max_speed_nan_is_refused_not_every_rollout_unstable(push_t):
     with pytest.raises(TwinloopError, match="max_speed must be a number > 0, got nan"):
         make_twin("mujoco", push_t.model, max_speed=np.nan)
+
+
+def test_complex_arrays_are_refused_not_cast(push_t):
+    twin = make_twin("mujoco", push_t.model)
+    s = push_t.initial_state(np.random.default_rng(0))
+    with pytest.raises(TwinloopError, match="state must be real"):
+        twin.rollout(s + 1j, np.zeros((2, 3, push_t.nu)))
+
+
+def test_foreign_parquet_with_a_nan_episode_index_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"observation.state": [[0.0], [1.0]], "action": [[0.0], [0.0]], "timestamp": [0.0, 0.1],
+                             "episode_index": [0.0, float("nan")]}), f)
+    with pytest.raises(TwinloopError, match="'episode_index' must hold integers, got nan"):
+        load_lerobot(f)
 
 
 def test_load_lerobot_refuses_a_nan_fps(tmp_path):
@@ -137,6 +156,15 @@ def test_a_block_push_refiner_on_a_push_t_twin_is_refused(push_t, block_push):
     assert push_t.nu == block_push.nu  # comparing actuators alone let this through
     with pytest.raises(TwinloopError, match="does not simulate task 'block-push'"):
         Refiner(block_push, make_twin("mujoco", push_t.model), make_optimizer("mppi"))
+
+
+def test_a_gap_measured_with_a_twin_of_another_scene_is_refused(push_t, block_push):
+    from twinloop.calib import gap
+
+    rng = np.random.default_rng(0)
+    tr = Trajectory(np.cumsum(rng.normal(size=(12, block_push.nstate)) * 1e-3, 0), np.zeros((11, 2)))
+    with pytest.raises(TwinloopError, match="does not simulate task 'block-push'"):
+        gap(block_push, [tr], twin=make_twin("mujoco", push_t.model))
 
 
 def test_sim_world_step_before_reset_is_refused(block_push):
