@@ -281,3 +281,10 @@ def test_create_refuses_a_non_empty_folder_and_resumes_only_the_same_task(tmp_pa
         Dataset.create(ds.root, {"fps": 10, "task": "push-t"}, mode="resume")
     assert len(Dataset.create(ds.root, {"fps": 10, "task": "kill-test"}, mode="resume")) == 3
     assert len(Dataset.create(ds.root, {"fps": 10, "task": "push-t"}, mode="overwrite")) == 0
+
+
+def test_load_lerobot_on_a_dataset_reads_its_committed_episodes_only(ds):
+    from twinloop.data import load_lerobot
+
+    shutil.copy(ds.path(0), ds.path(0).with_name("episode_000009.parquet"))  # an uncommitted write
+    assert [e.episode_index for e in load_lerobot(ds.root)] == [0, 1, 2]

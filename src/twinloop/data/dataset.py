@@ -19,9 +19,9 @@ name (atomically; nothing lists it yet), a complete new metadata folder
 point: whatever instant a writer dies, ``meta`` points at a complete set of metadata that
 lists exactly the episode files that were complete when it was written, with totals and a
 global ``index`` that agree with them. What a dead writer leaves behind (an unlisted episode
-file, an uncommitted metadata folder, temp files) is ignored by readers, reported as a note
-by :func:`check`, and cleared or overwritten by the next write, which continues from the last
-commit. LeRobot readers see an ordinary ``meta/`` folder through the symlink; copy a
+file, an uncommitted metadata folder, temp files) is ignored by readers and reported as a
+note by :func:`check`; the next write continues from the last commit, removes stale metadata
+folders and overwrites an episode file when it writes that index again. LeRobot readers see an ordinary ``meta/`` folder through the symlink; copy a
 dataset with symlinks kept (``cp -a``, ``rsync -a``) or resolved (``cp -rL``).
 
 **Verification.** Opening a dataset checks the metadata against the checksums in info.json
