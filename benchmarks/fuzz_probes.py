@@ -204,7 +204,7 @@ KNOBS = {
                     "holdout_fraction": 1, "max_rel_width": 0, "max_corr": 0, "null_tol": 1, "seed": -1,
                     "pos_scale": 0, "angle_scale": 0, "vel_scale": 0, "stride": 0, "delay_steps": -1,
                     "start_clearance": 0, "cma_popsize": 1},
-    "GapConfig": {"n_boot": 0, "level": 1, "max_samples": 3, "n_projections": 0, "ridge": 0, "seed": -1},
+    "GapConfig": {"n_boot": 0, "level": 1, "max_samples": 3, "n_projections": 0, "ridge": -0.1, "seed": -1},
     "RSRConfig": {"iterations": 0, "episodes": 0, "eval_episodes": 0, "beta": -0.1, "particles": 0, "num_samples": 1,
                   "horizon": 0, "severity": 4, "seed": -1, "world_seed": -1, "max_ticks": 0},
     "RunConfig": {"episodes": 0, "severity": 4, "num_samples": 1, "horizon": 0, "iterations": 0, "seed": -1,
