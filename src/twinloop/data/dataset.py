@@ -65,13 +65,14 @@ from twinloop.data.episodes import (
     WORLD_QVEL,
     Episode,
     EpisodeRecorder,
+    _dumps,
     _episode_from_table,
     _index,
     _matrix,
     _scalar,
 )
 from twinloop.errors import TwinloopError, choose, number
-from twinloop.io import OUT_MODES, atomic_write, fsync_path, json_default, read_json
+from twinloop.io import OUT_MODES, atomic_write, fsync_path, read_json
 
 CODEBASE_VERSION = "v2.1"
 CHUNKS_SIZE = 1000
@@ -86,13 +87,6 @@ _VERSION = re.compile(r"meta-(\d{6})$")
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _dumps(obj, what: str, indent: int | None = None) -> str:
-    try:
-        return json.dumps(obj, indent=indent, default=json_default, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TwinloopError(f"{what} cannot be stored as JSON: {exc}") from exc
 
 
 def _parse_jsonl(data: bytes, path: Path) -> list[dict]:
@@ -114,6 +108,8 @@ def _parse_jsonl(data: bytes, path: Path) -> list[dict]:
 
 
 def _feature(typ: pa.DataType, n: int, names) -> dict:
+    if pa.types.is_string(typ):  # LeRobot's text feature (no stats)
+        return {"dtype": "string", "shape": [1], "names": None}
     if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
         typ = typ.value_type
     else:
@@ -145,6 +141,8 @@ def _episode_stats(table: pa.Table, features: dict) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns (e.g. refine.cost)
         for name in features:
+            if features[name]["dtype"] == "string":
+                continue
             m = _matrix(table, name, "stats")
             fns = {"min": np.nanmin, "max": np.nanmax, "mean": np.nanmean, "std": np.nanstd}
             s = {k: [None if not math.isfinite(v) else float(v) for v in fn(m, axis=0)] for k, fn in fns.items()}

@@ -21,6 +21,9 @@ twin.qpos/qvel      list<float64>  twin state estimated from obs (absent if not 
 world.qpos/qvel     list<float64>  hidden true state of a simulated world (absent if none)
 refine.*            see below      cost, prior_cost, seconds (float64), iterations,
                                    n_unstable (int64), fallback (bool) of the control tick
+refine.optimizer_info  string      JSON object: what the optimizer reported that tick
+                                   (e.g. a language model's calls, tokens, seconds, and
+                                   why its plans were not used); ``{}`` when nothing
 ==================  =============  =====================================================
 
 Optional vector columns that were never given are left out rather than stored as nulls:
@@ -30,6 +33,7 @@ back gives ``None`` for them.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from twinloop.errors import TwinloopError, as_array, number
+from twinloop.io import json_default
 
 OBS, ACTION, TIMESTAMP = "observation.state", "action", "timestamp"
 FRAME, EPISODE, INDEX, TASK = "frame_index", "episode_index", "index", "task_index"
@@ -47,12 +52,20 @@ TWIN_QPOS, TWIN_QVEL, WORLD_QPOS, WORLD_QVEL = "twin.qpos", "twin.qvel", "world.
 #: refine.<name> columns and their types (from :class:`twinloop.control.TickInfo`)
 REFINE_FIELDS: dict[str, type] = {"cost": float, "prior_cost": float, "iterations": int,
                                   "seconds": float, "fallback": bool, "n_unstable": int}
+OPTIMIZER_INFO = "refine.optimizer_info"  # TickInfo.optimizer_info as JSON text
 REQUIRED = (OBS, ACTION, TIMESTAMP, FRAME, EPISODE, INDEX, TASK, REWARD, DONE, SUCCESS, COST)
 
 #: our fields -> column names in a twinloop dataset
 TWINLOOP_COLUMNS = {"obs": OBS, "action": ACTION, "timestamp": TIMESTAMP, "episode_index": EPISODE,
                     "task_index": TASK, "qpos": TWIN_QPOS, "qvel": TWIN_QVEL, "world_qpos": WORLD_QPOS,
                     "world_qvel": WORLD_QVEL, "cost": COST, "success": SUCCESS}
+def _dumps(obj, what: str, indent: int | None = None) -> str:
+    try:
+        return json.dumps(obj, indent=indent, default=json_default, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TwinloopError(f"{what} cannot be stored as JSON: {exc}") from exc
+
+
 # -- recording ---------------------------------------------------------------------------------
 
 
@@ -82,6 +95,7 @@ class EpisodeRecorder:
         self._cost: list[float] = []
         self._vec: dict[str, list[np.ndarray]] = {}  # column -> per-frame vectors
         self._refine: dict[str, list] = {k: [] for k in REFINE_FIELDS}
+        self._optimizer_info: list[str] = []
         self._success: bool | None = None
 
     @classmethod
@@ -134,6 +148,7 @@ class EpisodeRecorder:
                 raise TwinloopError(f"{name} has length {arr.size} at frame {frame} but {self._vec[col][0].size} at frame 0")
             checked[col] = arr
         refine = self._tick_values(tick, frame)
+        opt_info = "{}" if tick is None else _dumps(tick.optimizer_info, f"optimizer_info at frame {frame}")
         if cost is not None and (isinstance(cost, (bool, np.bool_)) or not isinstance(cost, Real)):
             raise TwinloopError(f"cost must be a number, got {cost!r} at frame {frame}")
         c = math.nan if cost is None else float(cost)  # NaN: unknown
@@ -143,6 +158,7 @@ class EpisodeRecorder:
             self._vec.setdefault(col, []).append(arr.copy())
         for k, v in refine.items():
             self._refine[k].append(v)
+        self._optimizer_info.append(opt_info)
 
     def _split_state(self, state, frame: int):
         if state is None:
@@ -217,6 +233,7 @@ class EpisodeRecorder:
         for k, typ in REFINE_FIELDS.items():
             dtype = {float: np.float64, int: np.int64, bool: np.bool_}[typ]
             cols[f"refine.{k}"] = pa.array(np.asarray(self._refine[k], dtype))
+        cols[OPTIMIZER_INFO] = pa.array(self._optimizer_info, pa.string())
         return pa.table(cols)
 
 
@@ -243,7 +260,8 @@ class Episode:
         world_qpos, world_qvel: hidden true state of a simulated world, or ``None``.
         costs: ``(T,)`` task cost per frame (``nan`` where unknown).
         success: the episode's outcome (``None`` when the source does not say).
-        refine: ``refine.*`` columns by name (``(T,)`` each; empty for foreign data).
+        refine: ``refine.*`` columns by name (``(T,)`` arrays; ``optimizer_info`` is a list of
+            T dicts; empty for foreign data).
         task_index: index of the task.
     """
 
@@ -257,7 +275,7 @@ class Episode:
     world_qvel: np.ndarray | None = None
     costs: np.ndarray | None = None
     success: bool | None = None
-    refine: dict[str, np.ndarray] = field(default_factory=dict)
+    refine: dict[str, np.ndarray | list[dict]] = field(default_factory=dict)
     task_index: int = 0
 
     def __len__(self) -> int:
@@ -329,6 +347,11 @@ def _episode_from_table(table: pa.Table, cols: Mapping[str, str], where: str, *,
             c = f"refine.{k}"
             if c in has:
                 ref[k] = _scalar(table, c, where, {float: np.float64, int: np.int64, bool: np.bool_}[typ])
+        if OPTIMIZER_INFO in has:
+            try:
+                ref["optimizer_info"] = [json.loads(t) for t in table.column(OPTIMIZER_INFO).to_pylist()]
+            except (TypeError, json.JSONDecodeError) as exc:
+                raise TwinloopError(f"{where}: column {OPTIMIZER_INFO!r} does not hold JSON text ({exc})") from exc
     return Episode(episode_index=episode_index, obs=vec("obs"), actions=vec("action"), timestamps=t,
                    qpos=vec("qpos"), qvel=vec("qvel"), world_qpos=vec("world_qpos"),
                    world_qvel=vec("world_qvel"), costs=costs, success=success, refine=ref,

@@ -20,7 +20,7 @@ import numpy as np
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, write_json
-from twinloop.plan import OPTIMIZERS, make_optimizer
+from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.tasks import TASKS, make_task
 from twinloop.twin import BACKENDS, make_twin
@@ -33,7 +33,8 @@ class RunConfig:
 
     Attributes:
         task: a registered task (``twinloop.tasks.TASKS``).
-        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``).
+        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
+            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs ``iterations >= 2``.
         backend: a twin backend (``twinloop.twin.BACKENDS``).
         num_samples: K candidates per refine iteration.
         horizon: planning horizon (s).
@@ -49,6 +50,8 @@ class RunConfig:
         out: output folder.
         video: render one refined episode with ghost rollouts.
         record: write every episode to ``out/episodes``.
+        refiner: extra :class:`~twinloop.control.RefinerConfig` fields.
+        llm: the language model of an ``llm+...`` optimizer.
     """
 
     task: str = "push-t"
@@ -67,10 +70,11 @@ class RunConfig:
     video: bool = True
     record: bool = True
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
+    llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
-        choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
         choose("backend", self.backend, BACKENDS)
         choose("world", self.world, tuple(WORLDS))
         choose("proposer", self.proposer, tuple(PROPOSERS))
@@ -83,6 +87,9 @@ class RunConfig:
         unknown = sorted(set(self.refiner) - {f.name for f in fields(RefinerConfig)})
         if unknown:
             raise TwinloopError(f"refiner has unknown RefinerConfig field(s) {unknown}")
+        if self.optimizer.startswith("llm") and self.iterations < 2:
+            raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
+                                f"batch: it needs iterations >= 2, got {self.iterations}")
         self.refiner_config()  # num_samples, horizon, iterations, seed: checked now, before any work
 
     def refiner_config(self) -> RefinerConfig:
@@ -96,7 +103,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
     world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), cfg.refiner_config(), keep_rollouts=keep_rollouts)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner_config(),
+                      keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
 
 
