@@ -87,12 +87,12 @@ def model_signature(model: mujoco.MjModel) -> tuple:
 def scene_mismatch(model: mujoco.MjModel, nominal: mujoco.MjModel, timestep: bool = True) -> str:
     """``""`` when ``model`` fits ``nominal``'s signature (with or without the timestep), else
     what differs (e.g. ``"ngeom 304 vs 4"``)."""
-    n = len(MODEL_SIZES) + int(timestep)
-    a, b = model_signature(model)[:n], model_signature(nominal)[:n]
+    k = len(MODEL_SIZES) + int(timestep)
+    a, b = model_signature(model)[:k], model_signature(nominal)[:k]
     if a == b:
         return ""
     names = (*MODEL_SIZES, "timestep")
-    diff = [f"{n} {x:g} vs {y:g}" for n, x, y in zip(names, a, b) if x != y]
+    diff = [f"{name} {x:g} vs {y:g}" for name, x, y in zip(names, a, b) if x != y]
     return ", ".join(diff[:6]) + (f" (+{len(diff) - 6} more)" if len(diff) > 6 else "")
 
 
