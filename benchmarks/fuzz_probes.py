@@ -138,13 +138,14 @@ for line in sys.stdin:
 class Worker:
     """A subprocess that runs probes one at a time; restarted after a crash or a hang."""
 
-    def __init__(self, timeout: float):
-        self.timeout = timeout
+    def __init__(self, timeout: float, tmp: str):
+        self.timeout, self.tmp = timeout, tmp  # the worker's files go under tmp (removed by the caller)
         self.proc = None
 
     def _start(self):
         self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                     stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                     env={**os.environ, "TMPDIR": self.tmp})
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
         first = self.lines.get(timeout=120)
@@ -680,18 +681,18 @@ def main() -> None:
     args = ap.parse_args()
     t_start = time.perf_counter()
     probes = all_probes()
-    worker = Worker(args.timeout)
     by_area: dict[str, Counter] = defaultdict(Counter)
     records = []
-    try:
-        for name, code, expect, area in probes:
-            res = worker.run(textwrap.dedent(code))
-            cls = classify(expect, res)
-            by_area[area][cls] += 1
-            records.append({"probe": name, "area": area, "expect": expect, "class": cls, "msg": res.get("msg", "")})
-    finally:
-        worker.close()
-    with tempfile.TemporaryDirectory(prefix="twinloop-kill-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="twinloop-fuzz-") as tmp:
+        worker = Worker(args.timeout, tmp)
+        try:
+            for name, code, expect, area in probes:
+                res = worker.run(textwrap.dedent(code))
+                cls = classify(expect, res)
+                by_area[area][cls] += 1
+                records.append({"probe": name, "area": area, "expect": expect, "class": cls, "msg": res.get("msg", "")})
+        finally:
+            worker.close()
         kills, kill_rows = kill_campaign(args.kill_episodes, args.random_kills, Path(tmp))
     by_area["kills (dataset writer)"] = kills
     records += [{"probe": n, "area": "kills", "expect": "exact or refused", "class": c, "msg": ""} for n, c in kill_rows]
