@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from twinloop.cli import app
-from twinloop.data.episodes import Dataset
+from twinloop.data.dataset import Dataset
 
 runner = CliRunner()
 SMALL = ["--task", "block-push", "--episodes", "2", "--max-ticks", "6", "-k", "8"]
@@ -69,8 +69,12 @@ def test_run_renders_a_video_with_ghosts(tmp_path):
         (["--world", "mars"], "unknown world 'mars'"),
         (["--world", "gym"], "names no gymnasium env"),
         (["--twin-timestep", "0.1"], "does not decide as 0.005 s does"),
-        (["--episodes", "0"], "episodes must be >= 1"),
-        (["-k", "1"], "num_samples must be >= 2"),
+        (["--episodes", "0"], "episodes must be an integer >= 1, got 0"),
+        (["-k", "1"], "num_samples must be an integer >= 2, got 1"),
+        (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
+        (["--horizon", "inf"], "horizon (s) must be a finite number > 0, got inf"),
+        (["--horizon", "nan"], "horizon (s) must be a finite number > 0, got nan"),
+        (["--severity", "7"], "severity must be an integer >= 0 and <= 3, got 7"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from twinloop.control import Controller, Refiner, RefinerConfig
-from twinloop.data.episodes import Dataset
+from twinloop.data.dataset import Dataset
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.run.experiment import run_episode, run_episodes

@@ -2,13 +2,17 @@
 
 One refine iteration::
 
-    candidates = clip([mean, prior, carried, optimizer.sample(K - 2 - M)])   (K, N, nu) knots
+    candidates = clip([mean, prior, carried, suggested, optimizer.sample(K - 2 - M)])   (K, N, nu) knots
     rollouts   = twin.rollout(state, basis.controls(candidates), params)
     J          = risk(task.cost(rollouts), over parameter particles)   (K,)
     state      = optimizer.update(finite candidates, finite J)
 
 Everything an optimizer would otherwise repeat (clipping, keeping the incumbent and the base
-proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) is here.
+proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) is here. So is
+the batch itself: knots an optimizer suggests (``OptState.suggested``, e.g. a language
+model's plans, M of them) join the next batch in place of as many samples, and when another
+iteration follows the optimizer is told what the batch did (``OptState.feedback``).
+
 
 Simulating less for the same decision (what a real-time loop asks for):
 
@@ -31,13 +35,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import mujoco
 import numpy as np
 
-from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose
-from twinloop.plan import RISKS, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
+from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
+from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
 from twinloop.tasks.base import Task
-from twinloop.twin.base import Rollouts, Twin
+from twinloop.twin.base import Rollouts, Twin, check_twin_scene
+
+#: physics steps one refine iteration may simulate (K x horizon steps), about 4 GB of states
+_MAX_STEPS = 5e7
 
 
 @dataclass(frozen=True)
@@ -73,14 +81,17 @@ class RefinerConfig:
     carry: int = 0
 
     def __post_init__(self):
-        if self.num_samples < 2:
-            raise TwinloopError(f"num_samples must be >= 2, got {self.num_samples}")
-        if self.iterations < 1:
-            raise TwinloopError(f"iterations must be >= 1, got {self.iterations}")
-        if not self.horizon > 0:
-            raise TwinloopError(f"horizon must be > 0 s, got {self.horizon}")
-        if self.deadline is not None and not self.deadline > 0:
-            raise TwinloopError(f"deadline must be > 0 s or None, got {self.deadline}")
+        checked = {
+            "num_samples": number(self.num_samples, "num_samples", low=2, integer=True),
+            "horizon": number(self.horizon, "horizon (s)", low=0, low_open=True),
+            "n_knots": number(self.n_knots, "n_knots", low=1, integer=True),
+            "iterations": number(self.iterations, "iterations", low=1, integer=True),
+            "deadline": None if self.deadline is None else number(self.deadline, "deadline (s)", low=0, low_open=True),
+            "cvar_alpha": number(self.cvar_alpha, "cvar_alpha", low=0, high=1, low_open=True),
+            "seed": number(self.seed, "seed", low=0, integer=True),
+        }
+        for k, v in checked.items():
+            object.__setattr__(self, k, v)
         choose("spline", self.spline, KINDS)
         choose("risk", self.risk, RISKS)
         if not 0 <= self.prune < 1:
@@ -107,6 +118,7 @@ class RefineResult:
         costs: the last iteration's ``(K,)`` aggregated costs.
         n_steps: physics steps simulated (all particles, candidates and iterations).
         elites: ``(M, N, nu)`` knots of the last iteration's ``config.carry`` best candidates.
+        optimizer_info: what the optimizer reported (``OptState.info``).
     """
 
     plan: Plan
@@ -120,6 +132,7 @@ class RefineResult:
     costs: np.ndarray | None = None
     n_steps: int = 0
     elites: np.ndarray | None = None
+    optimizer_info: dict = field(default_factory=dict)
 
 
 class Refiner:
@@ -142,12 +155,23 @@ class Refiner:
                  extra_costs: Sequence[Callable[[Rollouts], np.ndarray]] = ()):
         self.task, self.twin, self.optimizer = task, twin, optimizer
         self.config = config or RefinerConfig()
-        if twin.nu != task.nu:
-            raise TwinloopError(f"twin has {twin.nu} actuators but task {task.name!r} has {task.nu}")
-        substeps = int(round(task.control_period / twin.dt))
-        if abs(substeps * twin.dt - task.control_period) > 1e-9 * task.control_period or substeps < 1:
-            raise TwinloopError(f"the twin's timestep {twin.dt:g} s does not divide task {task.name!r}'s control period {task.control_period:g} s")
+        if not isinstance(self.config, RefinerConfig):
+            raise TwinloopError(f"config must be a RefinerConfig, got {type(self.config).__name__}")
+        for what, obj, hook in (("optimizer", optimizer, "init"), ("optimizer", optimizer, "sample"),
+                                ("optimizer", optimizer, "update"), ("twin", twin, "rollout"), ("task", task, "cost")):
+            if not callable(getattr(obj, hook, None)):
+                raise TwinloopError(f"{what} {type(obj).__name__} has no {hook}() method")
+        check_twin_scene(twin, task.model, task.name)  # equal nu alone let a block-push refiner run on push-t
+        n = task.control_period / twin.dt
+        if abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
+            raise TwinloopError(f"the twin's timestep {twin.dt:g} s does not divide task {task.name!r}'s control "
+                                f"period {task.control_period:g} s; the twin would tick at {round(n) * twin.dt:g} s")
+        substeps = int(round(n))
         ticks = max(1, int(round(self.config.horizon / task.control_period)))
+        if ticks * substeps * self.config.num_samples > _MAX_STEPS:
+            raise TwinloopError(f"horizon {self.config.horizon:g} s x num_samples {self.config.num_samples} is "
+                                f"{ticks * substeps * self.config.num_samples:.3g} physics steps per iteration "
+                                f"(at most {_MAX_STEPS:.0e})")
         self.spec = PlanSpec(ticks, task.control_period, substeps, min(self.config.n_knots, ticks),
                              self.config.spline, task.action_low, task.action_high)
         self.basis = PlanBasis(self.spec)
@@ -160,7 +184,12 @@ class Refiner:
             raise TwinloopError("prune needs a twin without actuator activations and at most one parameter particle")
         self.keep_rollouts = keep_rollouts
         self.extra_costs = tuple(extra_costs)
+        for f in self.extra_costs:
+            if not callable(f):
+                raise TwinloopError(f"extra_costs must be functions f(rollouts) -> (K,), got {f!r}")
         self.rng = np.random.default_rng(self.config.seed)
+        self._description = task.description()
+        self._state_names = qpos_names(task.model)
 
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
@@ -177,9 +206,13 @@ class Refiner:
         return Plan.constant(self.spec, action)
 
     def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
-        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs, physics
-        steps simulated)``. With ``config.prune`` the candidates dropped at the prune point
-        (never the first ``keep``) hold their state from there and cost ``inf``."""
+        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``. With
+        ``config.prune`` the candidates dropped at the prune point (never the first ``keep``)
+        hold their state from there and cost ``inf``."""
+        return self._evaluate(state, knots, keep)[:2]
+
+    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
+        """:meth:`evaluate`, and the physics steps it simulated."""
         ctrl = self.basis.controls(knots)
         if not self.prune_step:
             r = self.twin.rollout(state, ctrl, self.params)
@@ -246,6 +279,8 @@ class Refiner:
         if warm is None:
             warm = prior if prior is not None else self.hold_plan((lo + hi) / 2)
         for name, p in (("prior", prior), ("warm", warm)):
+            if p is not None and not isinstance(p, Plan):
+                raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
             if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
                 raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
         pk = None if prior is None else prior.knots
@@ -264,10 +299,14 @@ class Refiner:
             ti = time.perf_counter()
             incumbent = [ostate.mean] + fixed[1:] if it else fixed
             extra = [] if it else carried[: max(cfg.num_samples - len(incumbent), 0)]
-            n_new = cfg.num_samples - len(incumbent) - len(extra)
+            head = np.stack(incumbent + extra)
+            if ostate.suggested is not None:  # evaluated once, in place of as many samples
+                head = np.concatenate([head, ostate.suggested[: cfg.num_samples - len(head)]])
+                ostate = ostate.with_(suggested=None)
+            n_new = cfg.num_samples - len(head)
             sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
-            cand = np.clip(np.concatenate([np.stack(incumbent + extra), sampled]), lo, hi)
-            r, c, steps = self.evaluate(s, cand, keep=len(incumbent))
+            cand = np.clip(np.concatenate([head, sampled]), lo, hi)
+            r, c, steps = self._evaluate(s, cand, keep=len(incumbent))
             n_steps += steps
             n_roll += r.ok.size
             n_bad += r.n_unstable
@@ -278,7 +317,8 @@ class Refiner:
                 j = int(np.argmin(np.where(finite, c, np.inf)))
                 if c[j] < best_c:
                     best_c, best_k = float(c[j]), cand[j].copy()
-                ostate = self.optimizer.update(ostate, cand[finite], c[finite])
+                fb = self._feedback(r, cand, c) if it + 1 < cfg.iterations else None
+                ostate = self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
             last_r, last_c = r, c
             it += 1
             iter_time = time.perf_counter() - ti
@@ -292,7 +332,31 @@ class Refiner:
             plan=Plan(best_k, self.spec), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
             rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
+            optimizer_info=dict(ostate.info),
         )
+
+    def _feedback(self, r: Rollouts, cand: np.ndarray, costs: np.ndarray) -> Feedback:
+        """What the batch did, for an optimizer that reasons over rollouts (see ``Feedback``)."""
+        ticks = np.arange(0, r.horizon_steps + 1, self.spec.substeps)
+        return Feedback(
+            description=self._description, spec=self.spec, candidates=cand, costs=costs,
+            unstable=~r.ok.all(axis=0), times=ticks * r.dt, states=r.qpos[0][:, ticks],
+            state_names=self._state_names,
+            cost_terms=lambda: {k: v.mean(axis=0) for k, v in self.task.rollout_terms(r).items()},
+            failure=self.task.failure,
+        )
+
+
+def qpos_names(model: mujoco.MjModel) -> tuple[str, ...]:
+    """``(nq,)`` names of a model's position coordinates: the joint's name, indexed for the
+    7 of a free joint and the 4 of a ball joint."""
+    width = {int(mujoco.mjtJoint.mjJNT_FREE): 7, int(mujoco.mjtJoint.mjJNT_BALL): 4}
+    names: list[str] = []
+    for j in range(model.njnt):
+        name = model.joint(j).name or f"joint{j}"
+        n = width.get(int(model.jnt_type[j]), 1)
+        names += [name] if n == 1 else [f"{name}[{i}]" for i in range(n)]
+    return tuple(names)
 
 
 @dataclass
@@ -307,6 +371,7 @@ class TickInfo:
     iterations: int = 0
     n_unstable: int = 0
     seconds: float = 0.0
+    optimizer_info: dict = field(default_factory=dict)
     result: RefineResult | None = field(default=None, repr=False)
 
 
@@ -324,8 +389,12 @@ class Controller:
     def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0):
         if not refine and proposer is None:
             raise TwinloopError("a controller without refinement needs a proposer")
+        if not isinstance(refiner, Refiner):
+            raise TwinloopError(f"refiner must be a Refiner, got {type(refiner).__name__}")
+        if proposer is not None and not callable(getattr(proposer, "propose", None)):
+            raise TwinloopError(f"proposer {type(proposer).__name__} has no propose(obs, state) method")
         self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
-        self.proposal_samples = proposal_samples
+        self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
         self.task = refiner.task
         self._warm: Plan | None = None
         self._carry: np.ndarray | None = None
@@ -393,7 +462,8 @@ class Controller:
             backup = prior if prior is not None else warm
             return backup, TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}")
         return res.plan, TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
-                                  iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds, result=res)
+                                  iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
+                                  optimizer_info=res.optimizer_info, result=res)
 
 
 @dataclass(frozen=True)
@@ -655,8 +725,8 @@ def check_timestep(task: Task, twin: Twin, reference: Twin, *, n_states: int = 8
         opt = make_optimizer("mppi")
         knots = np.clip(opt.sample(opt.init(mean, None, fine.spec.low, fine.spec.high), rng, num_samples),
                         fine.spec.low, fine.spec.high)
-        rf, cf, _ = fine.evaluate(state, knots)
-        rc, cc, _ = coarse.evaluate(state, knots)
+        rf, cf = fine.evaluate(state, knots)
+        rc, cc = coarse.evaluate(state, knots)
         bad += int((rc.ok.all(axis=0) < rf.ok.all(axis=0)).sum())
         bad_ref += int((~rf.ok.all(axis=0)).sum())
         both = np.isfinite(cf) & np.isfinite(cc)

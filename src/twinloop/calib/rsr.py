@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -32,8 +31,10 @@ import numpy as np
 from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import GapConfig, gap
 from twinloop.calib.infogap import infogap_cost, observed_qpos
-from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
+from twinloop.control import RefinerConfig
+from twinloop.errors import TwinloopError, choose, number
+from twinloop.io import output_folder, read_json, write_json
+from twinloop.plan import OPTIMIZERS
 
 STATE_FILE = "rsr_state.json"
 
@@ -98,15 +99,21 @@ class RSRConfig:
         if self.params is not None:
             object.__setattr__(self, "params", tuple(self.params))
         for name in ("iterations", "episodes", "eval_episodes", "particles", "num_samples"):
-            if getattr(self, name) < 1:
-                raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not (np.isfinite(self.beta) and self.beta >= 0):
-            raise TwinloopError(f"beta must be >= 0, got {self.beta}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
+            object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
+        for name in ("world_seed", "seed"):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=0, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        object.__setattr__(self, "beta", number(self.beta, "beta", low=0))
+        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        for name in ("info_noise", "info_angle_noise", "horizon"):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=0, low_open=True))
         choose("proposer", self.proposer, ("scripted", "none"))
-        CalibConfig(method=self.method, window=self.window, max_evals=self.max_evals)
+        choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        CalibConfig(method=self.method, window=self.window, max_evals=self.max_evals, delay_steps=self.delay_steps,
+                    errors_in_variables=self.errors_in_variables)
         GapConfig(metric=self.gap_metric)
+        RefinerConfig(num_samples=self.num_samples, horizon=self.horizon, seed=self.seed)
 
 
 @dataclass
@@ -131,13 +138,17 @@ def _finite(x) -> float | None:
 class RSRLoop:
     """One RSR run in ``out``; :meth:`run` does (or resumes) all iterations."""
 
-    def __init__(self, config: RSRConfig, out: str | os.PathLike, world=None):
+    def __init__(self, config: RSRConfig, out: str | os.PathLike, world=None, mode: str = "new"):
         from twinloop.policies import make_proposer
         from twinloop.tasks import make_task
         from twinloop.twin import make_twin
 
+        if not isinstance(config, RSRConfig):
+            raise TwinloopError(f"config must be an RSRConfig, got {type(config).__name__}")
         self.cfg = config
-        self.out = Path(out)
+        # before any long work: a folder that is fresh, or an earlier run resumed explicitly
+        self.out = output_folder(out, mode, resumable=True)
+        self._load_state()  # a damaged or foreign state fails now, not after the first iteration
         self.task = make_task(config.task)
         if world is None:
             from twinloop.worlds.shifted import ShiftedWorld
@@ -170,17 +181,15 @@ class RSRLoop:
         return Controller(refiner, self.proposer, refine=True)
 
     def _dataset(self, name: str):
-        from twinloop.data.episodes import Dataset
+        from twinloop.data.dataset import Dataset
 
-        root = self.out / "episodes" / name
-        if root.exists():  # an iteration killed half-way is redone from scratch
-            shutil.rmtree(root)
         info = {"fps": 1.0 / self.task.control_period, "task": self.task.name, "controller": name,
                 "seed": self.cfg.seed, "obs_names": list(self.task.obs_names), "param_names": self.space.names}
-        return Dataset.create(root, info)
+        # an iteration killed half-way is redone from scratch (its seeds give the same episodes)
+        return Dataset.create(self.out / "episodes" / name, info, mode="overwrite")
 
     def _episodes(self, name: str) -> list:
-        from twinloop.data.episodes import Dataset
+        from twinloop.data.dataset import Dataset
 
         return Dataset(self.out / "episodes" / name).episodes()
 
@@ -235,12 +244,31 @@ class RSRLoop:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    @property
+    def completed(self) -> int:
+        """The last finished iteration in ``out`` (-1: none, 0: only the nominal evaluation)."""
+        state = self._load_state()
+        return -1 if state is None else state["completed"]
+
     def _load_state(self) -> dict | None:
         path = self.out / STATE_FILE
         if not path.exists():
             return None
-        state = json.loads(path.read_text())
-        saved = state.get("config", {})
+        state = read_json(path, "RSR state")
+        completed = state.get("completed")
+        if (not isinstance(state.get("config"), dict) or not isinstance(state.get("iterations"), list)
+                or isinstance(completed, bool) or not isinstance(completed, int) or completed < -1
+                or len(state["iterations"]) != completed + 1
+                or not isinstance(state.get("posterior"), (dict, type(None)))):
+            raise TwinloopError(f"{path} is not a valid RSR state (config, iterations, completed, posterior); "
+                                "it is damaged: use another output folder or --overwrite")
+        if state["posterior"] is not None:
+            try:
+                Posterior.from_dict(state["posterior"])
+            except (TypeError, KeyError, ValueError) as exc:
+                raise TwinloopError(f"{path}: the saved posterior is damaged ({exc}); use another output folder "
+                                    "or --overwrite") from exc
+        saved = state["config"]
         now = json.loads(json.dumps(asdict(self.cfg)))
         diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k != "iterations")
         if diff:
@@ -253,7 +281,6 @@ class RSRLoop:
         """Run the remaining iterations; ``progress(stage, n)`` after each episode / fit."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        self.out.mkdir(parents=True, exist_ok=True)
         state = self._load_state() or {"config": asdict(cfg), "iterations": [], "posterior": None,
                                        "completed": -1}
         resumed_at = state["completed"] + 1
@@ -326,9 +353,11 @@ def plot_iterations(iterations: list[dict], path: Path) -> Path:
     return plot_curves(iterations, path, keys=keys)
 
 
-def run_rsr(config: RSRConfig, out: str | os.PathLike, world=None, progress=None, log=None) -> RSRResult:
-    """Run (or resume) an RSR loop in ``out``; see the module docstring."""
-    return RSRLoop(config, out, world).run(progress=progress, log=log)
+def run_rsr(config: RSRConfig, out: str | os.PathLike, world=None, progress=None, log=None,
+            mode: str = "new") -> RSRResult:
+    """Run an RSR loop in ``out`` (``mode="resume"`` continues the run there; see
+    :func:`twinloop.io.output_folder`); see the module docstring."""
+    return RSRLoop(config, out, world, mode).run(progress=progress, log=log)
 
 
 def rsr_table(summary: dict):

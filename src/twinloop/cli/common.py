@@ -13,6 +13,7 @@ from rich.table import Table
 from twinloop.errors import TwinloopError
 
 console = Console()
+OUT_HELP = "Output folder; must be new or empty unless --overwrite (see twinloop.io.output_folder)."
 
 
 def one_of(registry, what: str = "") -> str:
@@ -63,14 +64,20 @@ def results_table(summary: dict) -> Table:
 
 
 def guard(fn):
-    """Turn bad-input errors into a one-line message and exit code 2."""
+    """Turn every expected failure into a one-line message and exit code 2: bad input
+    (:class:`TwinloopError`) and the operating system refusing a file (``OSError``: a full
+    disk, a missing permission). Anything else is a bug and keeps its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
             return fn(*a, **kw)
         except TwinloopError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from exc
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            console.print(f"[red]error:[/] cannot access{where}: {exc.strerror or exc}", soft_wrap=True)
             raise typer.Exit(2) from exc
 
     return wrapper

@@ -7,10 +7,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from twinloop.cli.common import console, guard, one_of, progress_ticks, results_table
+from twinloop.cli.common import OUT_HELP, console, guard, one_of, progress_ticks, results_table
 from twinloop.control import AsyncConfig
 from twinloop.errors import TwinloopError
-from twinloop.plan import OPTIMIZERS
+from twinloop.io import out_mode
+from twinloop.plan import OPTIMIZER_NAMES, LLMConfig
 from twinloop.policies import PROPOSERS
 from twinloop.run.compare import RunConfig, run_comparison
 from twinloop.tasks import TASKS, make_task
@@ -18,14 +19,14 @@ from twinloop.twin import BACKENDS
 from twinloop.worlds import WORLDS
 
 
-def _run(cfg) -> dict:
+def _run(cfg, overwrite: bool) -> dict:
     twin = f"{cfg.backend}" + (f", {1000 * cfg.twin_timestep:g} ms twin step" if cfg.twin_timestep else "")
     mode = (f" in real time ({'with' if cfg.async_control.latency_comp else 'without'} latency compensation)"
             if cfg.realtime else "")
     console.print(f"[bold]twinloop[/] {cfg.task}: {cfg.proposer} proposer vs + {cfg.optimizer} refinement "
                   f"(K={cfg.num_samples}, {cfg.horizon:g} s horizon, {twin}) in a {cfg.world} world{mode}")
     with progress_ticks() as tick:
-        summary = run_comparison(cfg, progress=tick, log=console.print)
+        summary = run_comparison(cfg, progress=tick, log=console.print, mode=out_mode(overwrite=overwrite))
     console.print(results_table(summary))
     out = Path(cfg.out)
     console.print(f"wall time {summary['wall_time_s']:.0f} s; wrote {out / 'summary.json'}, "
@@ -37,12 +38,13 @@ def _run(cfg) -> dict:
 def demo(
     episodes: int = typer.Option(20, help="Episodes per controller."),
     seed: int = typer.Option(0, help="Seed of the world's hidden physics and the episodes."),
-    out: str = typer.Option("twinloop-out", help="Output folder."),
+    out: str = typer.Option("twinloop-out", help=OUT_HELP),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
     video: bool = typer.Option(True, help="Render one refined episode with ghost rollouts."),
 ):
     """Push-T in a shifted world: the scripted proposer alone vs with MPPI refinement (K=32,
     0.5 s horizon, 10 ms twin steps)."""
-    _run(RunConfig(episodes=episodes, seed=seed, out=out, video=video))
+    _run(RunConfig(episodes=episodes, seed=seed, out=out, video=video), overwrite)
 
 
 r = RunConfig()  # defaults shown by the options below
@@ -52,7 +54,8 @@ a = AsyncConfig()
 @guard
 def run(
     task: str = typer.Option(r.task, help=one_of(TASKS)),
-    optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZERS)),
+    optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZER_NAMES) + " (llm+*: a language model's plans "
+                                  "join the batches; needs --iterations >= 2)"),
     backend: str = typer.Option(r.backend, help=one_of(BACKENDS)),
     num_samples: int = typer.Option(r.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(r.horizon, help="Planning horizon (s)."),
@@ -72,9 +75,14 @@ def run(
     latency_comp: bool = typer.Option(a.latency_comp, help="Real time: plan from the state predicted for when the plan applies."),
     budget: float = typer.Option(0.0, help="Real time: wall seconds each planning cycle takes at least (0: as fast as it goes)."),
     token: str = typer.Option("", envvar="TWINLOOP_TOKEN", help="Shared token of a remote:ADDRESS world."),
-    out: str = typer.Option(r.out),
+    out: str = typer.Option(r.out, help=OUT_HELP),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
     video: bool = typer.Option(r.video),
     record: bool = typer.Option(r.record, help="Write every episode as Parquet."),
+    llm_base_url: str = typer.Option(None, help="llm+*: OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 "
+                                     "(default: $TWINLOOP_LLM_BASE_URL). Key: $OPENAI_API_KEY."),
+    llm_model: str = typer.Option(None, help="llm+*: model name (default: $TWINLOOP_LLM_MODEL)."),
+    llm_timeout: float = typer.Option(30.0, help="llm+*: seconds per request."),
 ):
     """The demo's experiment with every choice as an option."""
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, num_samples=num_samples, horizon=horizon,
@@ -82,7 +90,9 @@ def run(
                    seed=seed, max_ticks=max_ticks or None, out=out, video=video, record=record,
                    twin_timestep=twin_timestep or None, refiner={"risk": risk, "prune": prune, "carry": carry},
                    realtime=realtime, rate=rate or None, token=token or None,
-                   async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None)))
+                   async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),
+                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)),
+         overwrite)
 
 
 def tasks():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +25,12 @@ from twinloop.control import (
     RefinerConfig,
     check_timestep,
 )
-from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
-from twinloop.plan import make_optimizer
+from twinloop.errors import TwinloopError, choose, number
+from twinloop.io import output_folder, write_json
+from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
-from twinloop.tasks import make_task
-from twinloop.twin import make_twin
+from twinloop.tasks import TASKS, make_task
+from twinloop.twin import BACKENDS, make_twin
 from twinloop.worlds import RealtimeWorld, SimWorld, make_world, resolve_world
 
 
@@ -40,7 +40,8 @@ class RunConfig:
 
     Attributes:
         task: a registered task (``twinloop.tasks.TASKS``).
-        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``).
+        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
+            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs ``iterations >= 2``.
         backend: a twin backend (``twinloop.twin.BACKENDS``).
         num_samples: K candidates per refine iteration.
         horizon: planning horizon (s).
@@ -72,6 +73,7 @@ class RunConfig:
             apply as they arrive), a gymnasium or remote world's own step rate otherwise.
         async_control: :class:`~twinloop.control.AsyncConfig` (latency compensation, budget).
         token: shared token of a ``remote:`` world.
+        llm: the language model of an ``llm+...`` optimizer.
     """
 
     task: str = "push-t"
@@ -95,16 +97,37 @@ class RunConfig:
     rate: float | None = None
     async_control: AsyncConfig = field(default_factory=AsyncConfig)
     token: str | None = field(default=None, repr=False)
+    llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
+        choose("task", self.task, tuple(TASKS))
+        choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
+        choose("backend", self.backend, BACKENDS)
         resolve_world(self.world)
         choose("proposer", self.proposer, tuple(PROPOSERS))
-        if self.episodes < 1:
-            raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
-        if self.rate is not None and not (np.isfinite(self.rate) and self.rate > 0):
-            raise TwinloopError(f"rate must be > 0 Hz, got {self.rate!r}")
+        object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
+        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        if self.twin_timestep is not None:
+            object.__setattr__(self, "twin_timestep", number(self.twin_timestep, "twin_timestep (s)", low=0, low_open=True))
+        if self.rate is not None:
+            object.__setattr__(self, "rate", number(self.rate, "rate (Hz)", low=0, low_open=True))
+        if not isinstance(self.async_control, AsyncConfig):
+            raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
+        if not isinstance(self.refiner, dict):
+            raise TwinloopError(f"refiner must be a dict of RefinerConfig fields, got {type(self.refiner).__name__}")
+        unknown = sorted(set(self.refiner) - {f.name for f in fields(RefinerConfig)})
+        if unknown:
+            raise TwinloopError(f"refiner has unknown RefinerConfig field(s) {unknown}")
+        if self.optimizer.startswith("llm") and self.iterations < 2:
+            raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
+                                f"batch: it needs iterations >= 2, got {self.iterations}")
+        self.refiner_config()  # num_samples, horizon, iterations, seed: checked now, before any work
+
+    def refiner_config(self) -> RefinerConfig:
+        return RefinerConfig(num_samples=self.num_samples, horizon=self.horizon, iterations=self.iterations,
+                             seed=self.seed, **self.refiner)
 
 
 def build(cfg: RunConfig, keep_rollouts: bool = False):
@@ -124,9 +147,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
         coarse = make_twin(cfg.backend, task.model, task.param_space(), timestep=cfg.twin_timestep)
         check_timestep(task, coarse, twin, horizon=cfg.horizon, seed=cfg.seed)
         twin = coarse
-    rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
-                         seed=cfg.seed, **cfg.refiner)
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), rcfg, keep_rollouts=keep_rollouts)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner_config(),
+                      keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
 
 
@@ -160,18 +182,22 @@ def world_ticks(cfg: RunConfig, task, world) -> int | None:
     return int(round(n * task.control_period / world.period))
 
 
-def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print) -> dict:
+def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print, mode: str = "new") -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
-    ``progress(label, done, total)`` is called after each episode (for progress bars). An
-    episode cut short by an error (a lost remote world) is written with what it recorded
-    before the error propagates.
+    ``progress(label, done, total)`` is called after each episode (for progress bars).
+    ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an
+    earlier run there (see :func:`twinloop.io.output_folder`). An episode cut short by an
+    error (a lost remote world) is written with what it recorded before the error propagates.
     """
     from twinloop.run.experiment import run_episode, summarize, write_partial
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     task, world, proposer, refiner = build(cfg)
+    try:
+        out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
+    except TwinloopError:
+        world.close()  # a remote world's socket, a real-time world's clock
+        raise
     seeds = episode_seeds(cfg)
     controllers = []
     if proposer is not None:
@@ -274,13 +300,8 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
 
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
-    """A fresh dataset for this run's episodes (a previous run's in the same folder is replaced)."""
-    import shutil
-
-    from twinloop.data.episodes import Dataset
-
-    if root.exists():
-        shutil.rmtree(root)
+    """A new dataset for this run's episodes (its output folder is new or emptied)."""
+    from twinloop.data.dataset import Dataset
 
     info = {
         "fps": 1.0 / world.period,

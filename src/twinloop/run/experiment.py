@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from twinloop.control import Controller
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, number
 
 
 @dataclass
@@ -65,9 +65,7 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
         ghosts: optional ``f(tick_info) -> array`` called each tick to keep what a video draws.
     """
     task = controller.task
-    n = int(max_ticks or task.max_ticks)
-    if n < 1:
-        raise TwinloopError(f"max_ticks must be >= 1, got {n}")
+    n = task.max_ticks if max_ticks is None else number(max_ticks, "max_ticks", low=1, integer=True)
     rec = None
     if record:
         from twinloop.data.episodes import EpisodeRecorder
@@ -137,7 +135,8 @@ def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset
     for i, seed in enumerate(seeds):
         index = i if dataset is None else len(dataset)
         try:
-            r = run_episode(world, controller, int(seed), episode_index=index, record=record, **kw)
+            r = run_episode(world, controller, number(seed, "seed", low=0, integer=True), episode_index=index,
+                            record=record, **kw)
         except Exception as exc:
             write_partial(dataset, exc)
             raise

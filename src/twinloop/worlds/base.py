@@ -22,7 +22,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.tasks.base import Task
 
 
@@ -81,13 +81,17 @@ class SimWorld(World):
         self.data = mujoco.MjData(self.model)
         self.period = float(task.control_period if period is None else period)
         n = self.period / self.model.opt.timestep
-        if not (np.isfinite(n) and n >= 1 - 1e-9 and abs(n - round(n)) < 1e-6):
-            raise TwinloopError(f"period must be a positive multiple of the timestep {self.model.opt.timestep:g} s, got {period!r}")
+        if not np.isfinite(n) or abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
+            raise TwinloopError(f"the world's timestep {self.model.opt.timestep:g} s does not divide its step period "
+                                f"{self.period:g} s (period={period!r}; default: the task's control period "
+                                f"{task.control_period:g} s)")
         self.substeps = int(round(n))
         self.rng = np.random.default_rng(0)
         self.t = 0
+        self._started = False  # the default MjData is no episode state (the pusher sits inside the block)
 
     def reset(self, seed: int) -> np.ndarray:
+        seed = number(seed, "seed", low=0, integer=True)
         self.rng = np.random.default_rng(seed)
         state = self.task.initial_state(np.random.default_rng([seed, 0]))
         m, d = self.model, self.data
@@ -97,13 +101,21 @@ class SimWorld(World):
         d.ctrl[:] = self.task.hold_action(state)
         mujoco.mj_forward(m, d)
         self.t = 0
+        self._started = True
         return self._observe()
 
-    def step(self, action) -> tuple[np.ndarray, dict]:
+    def _check_action(self, action) -> np.ndarray:
+        """``action`` as ``(nu,)`` within bounds, in a started episode."""
+        if not self._started:
+            raise TwinloopError(f"{type(self).__name__}.step called before reset(seed): there is no episode yet")
         a = as_array(action, "action", (self.model.nu,))
         lo, hi = self.task.action_low, self.task.action_high
         if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
             raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        return a
+
+    def step(self, action) -> tuple[np.ndarray, dict]:
+        a = self._check_action(action)
         self.data.ctrl[:] = self._actuate(a)
         for _ in range(self.substeps):
             mujoco.mj_step(self.model, self.data)

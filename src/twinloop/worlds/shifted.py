@@ -30,7 +30,7 @@ from collections import deque
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, number
 from twinloop.tasks.base import Task
 from twinloop.worlds.base import SimWorld
 
@@ -85,7 +85,7 @@ class ShiftedWorld(SimWorld):
     def __init__(self, task: Task, severity: int = 2, seed: int = 0, period: float | None = None):
         if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:
             raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
-        self.severity, self.seed = int(severity), int(seed)
+        self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)
         self.param_space = task.param_space()
         self.hidden_params = shifted_params(task, self.severity, self.seed)
         model = self.param_space.apply(task.model, self.hidden_params)
@@ -105,10 +105,7 @@ class ShiftedWorld(SimWorld):
         return obs
 
     def step(self, action) -> tuple[np.ndarray, dict]:
-        a = as_array(action, "action", (self.model.nu,))
-        lo, hi = self.task.action_low, self.task.action_high
-        if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
-            raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        a = self._check_action(action)
         for _ in range(self.substeps):
             # the command sent now reaches the actuators delay_steps physics steps later
             self._queue.append(a.copy())
