@@ -139,6 +139,6 @@ def test_sync_controller_runs_on_a_realtime_world(task):
         res = run_episode(world, ctl, 3, max_ticks=15, record=True)
     finally:
         world.close()
-    ts = np.array([t for t in res.recorder._t])
+    ts = res.recorder.to_table()["timestamp"].to_numpy()
     assert np.all(np.diff(ts) > 0)  # recorded with the world's time stamps
     assert res.ticks <= 15

@@ -178,6 +178,21 @@ def test_a_served_realtime_world_keeps_time_and_takes_sent_actions(task, served)
     assert w.stats()["ticks"] >= 3
 
 
+def test_a_served_realtime_world_holds_when_its_client_falls_silent(task, served):
+    server, address = served(RealtimeWorld(SimWorld(task, period=0.02)), hold_after=0.3)
+    w = RemoteWorld(address)
+    obs = w.reset(0)
+    hold = task.hold_action(task.state_from_obs(obs))
+    away = np.clip(hold + 0.05, task.action_low, task.action_high)
+    w.send(away)
+    time.sleep(1.5)  # silent: the watchdog gives the hold action after 0.3 s
+    fresh = [r for r in server.world.log if r.fresh]
+    assert np.allclose(fresh[0].action, away)
+    last = np.array(fresh[-1].action)
+    assert not np.allclose(last, away)  # the watchdog sent the hold action: where the pusher stood,
+    assert np.all(last >= np.minimum(hold, away) - 1e-3) and np.all(last <= np.maximum(hold, away) + 1e-3)  # on its way
+
+
 # -- a lost server --------------------------------------------------------------------------
 
 

@@ -158,6 +158,11 @@ class RealtimeWorld(World):
         with self._cv:
             return self._info
 
+    @property
+    def running(self) -> bool:
+        """Whether the clock is ticking (between ``reset`` and the episode's end or ``close``)."""
+        return self._running
+
     def describe(self) -> dict:
         return {**self.world.describe(), "realtime": {"rate": self.rate, "period": self.period,
                                                       "speed": self.rate * self.period}}

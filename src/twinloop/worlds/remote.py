@@ -227,7 +227,7 @@ class WorldServer:
 
     def _watchdog(self, log) -> None:
         w = self.world
-        if (isinstance(w, RealtimeWorld) and not self._holding and w._thread is not None
+        if (isinstance(w, RealtimeWorld) and not self._holding and w.running
                 and time.monotonic() - self._last_request > self.hold_after):
             obs, _ = w.observe()
             w.send(w.task.hold_action(w.task.state_from_obs(obs)))
