@@ -54,7 +54,7 @@ def test_policy_spec_label_is_canonical_and_parses_back():
     ("scripted+ppo", "unknown optimizer 'ppo'"),
     ("none", "does nothing"),
     ("scripted@noise", "key=value"),
-    ("scripted+mppi@k=1", "num_samples must be >= 2"),
+    ("scripted+mppi@k=1", "num_samples must be an integer >= 2"),
     ("scripted+mppi@backend=bullet", "unknown backend 'bullet'"),
 ])
 def test_bad_policy_specs_are_named(text, message):

@@ -51,20 +51,20 @@ def test_param_error_is_the_largest_relative_error(uninterrupted):
 def test_a_killed_loop_resumes_where_it_stopped_with_the_same_result(uninterrupted, tmp_path):
     run_rsr(replace(TINY, rounds=1), tmp_path)  # the run that got killed after round 1 ...
     (tmp_path / "episodes" / "collect_02" / "meta").mkdir(parents=True)  # ... half-way into round 2
-    resumed = run_rsr(TINY, tmp_path)
+    resumed = run_rsr(TINY, tmp_path, mode="resume")
     assert resumed.resumed_at == 2
     assert _strip(resumed.summary) == _strip(uninterrupted.summary)
 
 
 def test_a_finished_loop_is_not_rerun(uninterrupted):
-    again = RSRLoop(TINY, uninterrupted.out).run()
+    again = RSRLoop(TINY, uninterrupted.out, mode="resume").run()
     assert again.resumed_at == TINY.rounds + 1
     assert _strip(again.summary) == _strip(uninterrupted.summary)
 
 
 def test_resuming_with_another_config_is_refused(uninterrupted):
     with pytest.raises(TwinloopError, match="different RSR config"):
-        RSRLoop(replace(TINY, beta=0.0), uninterrupted.out).run()
+        RSRLoop(replace(TINY, beta=0.0), uninterrupted.out, mode="resume").run()
 
 
 def test_bad_config_is_named():

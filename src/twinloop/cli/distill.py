@@ -7,8 +7,9 @@ from dataclasses import replace
 import typer
 from rich.table import Table
 
-from twinloop.cli.common import console, guard, one_of, progress_ticks, results_table
+from twinloop.cli.common import OUT_HELP, console, guard, one_of, progress_ticks, results_table
 from twinloop.errors import TwinloopError
+from twinloop.io import out_mode
 from twinloop.plan import OPTIMIZERS
 from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import TASKS
@@ -55,7 +56,8 @@ def distill(
     hidden: str = typer.Option(",".join(map(str, d.policy.hidden)), help="Hidden layer widths."),
     max_ticks: int = typer.Option(0, help="Episode length in ticks (0: the task's)."),
     seed: int = typer.Option(d.seed),
-    out: str = typer.Option(d.out, help="Output folder."),
+    out: str = typer.Option(d.out, help=OUT_HELP),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
 ):
     """Distill refined actions into a base policy; evaluate it alone and under refinement."""
     cfg = DistillConfig(task=task, world=world, severity=severity, collect=collect, episodes=episodes,
@@ -68,7 +70,7 @@ def distill(
     console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")
     with progress_ticks() as tick:
-        summary = run_distill(cfg, progress=tick, log=console.print)
+        summary = run_distill(cfg, progress=tick, log=console.print, mode=out_mode(overwrite=overwrite))
     console.print(results_table(summary))
     console.print(rounds_table(summary))
     console.print(f"wall time {summary['wall_time_s']:.0f} s; wrote {out}/summary.json")

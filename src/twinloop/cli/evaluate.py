@@ -7,7 +7,8 @@ from dataclasses import replace
 import typer
 
 from twinloop.calib.fit import METHODS
-from twinloop.cli.common import console, executor_options, guard, one_of, progress_ticks
+from twinloop.cli.common import OUT_HELP, console, executor_options, guard, one_of, progress_ticks
+from twinloop.io import out_mode
 from twinloop.run.engines import DEFAULT_SWEEP, engines_table
 from twinloop.run.evaluate import TWINS, EvaluateConfig, evaluation_table, run_evaluation
 from twinloop.run.executor import EXECUTORS
@@ -46,7 +47,8 @@ def evaluate(
     plan_states: int = typer.Option(e.plan_states, help="World states at which refinement's plan is compared across engines."),
     n_boot: int = typer.Option(e.n_boot, help="Bootstrap resamples of the ranking metrics."),
     record: bool = typer.Option(e.record, help="Write the world episodes as Parquet."),
-    out: str = typer.Option(e.out, help="Output folder."),
+    out: str = typer.Option(e.out, help=OUT_HELP),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
     executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
     address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
 ):
@@ -63,7 +65,7 @@ def evaluate(
                   f"in the {cfg.world} world and the {', '.join(cfg.twins)} twin(s)"
                   + (f", {len(variants)} engine variants" if variants else ""))
     with executor_options(executor, address) as ex, progress_ticks() as tick:
-        summary = run_evaluation(cfg, progress=tick, log=console.print, executor=ex)
+        summary = run_evaluation(cfg, progress=tick, log=console.print, executor=ex, mode=out_mode(overwrite=overwrite))
     console.print(evaluation_table(summary))
     if "engines" in summary["evaluation"]:
         console.print(engines_table(summary["evaluation"]["engines"]))

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from twinloop.control import Controller, Refiner, RefinerConfig
-from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
+from twinloop.errors import TwinloopError, choose, number
+from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import Demo, DistilledPolicy, PolicyConfig
 from twinloop.run.experiment import run_episodes, summarize
@@ -91,22 +91,20 @@ class DistillConfig:
     def __post_init__(self):
         choose("world", self.world, WORLDS)
         choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
-        for name in ("collect", "episodes", "rounds"):
-            if getattr(self, name) < 1:
-                raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name, low in (("collect", 1), ("episodes", 1), ("rounds", 1), ("dagger_episodes", 0),
+                          ("proposal_samples", 0), ("seed", 0)):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
+        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
         if self.episodes > 50_000 or self.collect > 10_000 or self.dagger_episodes > 1_000:
             raise TwinloopError("episodes <= 50000, collect <= 10000 and dagger_episodes <= 1000 (seed ranges)")
-        if self.dagger_episodes < 0 or self.proposal_samples < 0:
-            raise TwinloopError(f"dagger_episodes and proposal_samples must be >= 0, got {self.dagger_episodes}, {self.proposal_samples}")
         if self.rounds > 1 and self.dagger_episodes < 1:
             raise TwinloopError("rounds > 1 need dagger_episodes >= 1 (no new data otherwise)")
         for name, kind in (("refiner", RefinerConfig), ("policy", PolicyConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        if any(int(k) < 2 for k in self.k_sweep):
-            raise TwinloopError(f"every k_sweep value must be >= 2, got {self.k_sweep}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
         object.__setattr__(self, "k_sweep", tuple(sorted({int(k) for k in self.k_sweep})))
 
     def policy_config(self) -> PolicyConfig:
@@ -143,8 +141,11 @@ class _Recording:
         self._obs, self._act = [], []
         self.controller.reset(seed)
 
-    def act(self, obs) -> np.ndarray:
-        a = self.controller.act(obs)
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def act(self, obs, info: dict | None = None) -> np.ndarray:
+        a = self.controller.act(obs, info)
         self._obs.append(np.array(obs, dtype=float))
         self._act.append(np.array(a, dtype=float))
         return a
@@ -207,16 +208,18 @@ class DistillRun:
         return policy
 
 
-def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print) -> dict:
+def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print,
+                mode: str = "new") -> dict:
     """Collect in the twin, then ``cfg.rounds`` of train -> evaluate -> aggregate; write outputs.
 
     ``progress(label, done, total)`` is called after each episode and epoch (progress bars).
+    ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an earlier
+    run there (see :func:`twinloop.io.output_folder`).
     Returns the summary written to ``cfg.out/summary.json``.
     """
     t_start = time.perf_counter()
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     run = DistillRun(cfg, progress, log)
+    out = output_folder(cfg.out, mode)  # before the first episode: a bad --out fails now
     task, world, K = run.task, run.world, cfg.refiner.num_samples
     eval_seeds = cfg.eval_seeds()
 

@@ -27,23 +27,20 @@ episodes under ``episodes/world/<policy>``.
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
 from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.noise import estimate_obs_noise
 from twinloop.calib.windows import record_trajectory
-from twinloop.data.episodes import Dataset
+from twinloop.data import Dataset
 from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
+from twinloop.io import output_folder, read_json, write_json
 from twinloop.run.engines import engine_report
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize
@@ -171,8 +168,8 @@ def estimate_twin(cfg: EvaluateConfig, task, world, log: Callable[[str], None] =
     trajs = [record_trajectory(world, task.excitation(s), s, cfg.calib_ticks) for s in cfg.calib_seeds()]
     if cfg.posterior:
         try:
-            post = Posterior.from_dict(json.loads(Path(cfg.posterior).read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            post = Posterior.from_dict(read_json(cfg.posterior, "posterior"))
+        except (KeyError, TypeError, ValueError) as exc:
             raise TwinloopError(f"posterior {cfg.posterior!r} is not a readable posterior.json: {exc}") from exc
         if list(post.names) != task.param_space().names:
             raise TwinloopError(f"{cfg.posterior} fits {post.names}, not {task.param_space().names}")
@@ -245,15 +242,16 @@ def ranking_metrics(twin: np.ndarray, world: np.ndarray, n_boot: int = 1000, see
 
 
 def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None] = print,
-                   executor: Executor | None = None) -> dict:
+                   executor: Executor | None = None, mode: str = "new") -> dict:
     """Run every policy in the world and in each twin-world on the same seeds; write the outputs.
 
     ``progress(label, done, total)`` after each episode; ``executor``: where episodes run
-    (default: serially here; the same results either way). Returns the summary.
+    (default: serially here; the same results either way); ``mode``: ``new`` needs an absent or
+    empty ``cfg.out``, ``overwrite`` replaces an earlier run there
+    (:func:`twinloop.io.output_folder`). Returns the summary.
     """
     t_start = time.perf_counter()
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(cfg.out, mode)  # before any work: a bad --out fails now
     task = make_task(cfg.task)
     world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.world_seed)
     specs = cfg.specs()
@@ -271,10 +269,7 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     datasets = {}
     if cfg.record:
         for i, label in enumerate(labels):
-            root = out / "episodes" / "world" / _folder(label)
-            if root.exists():
-                shutil.rmtree(root)
-            datasets[i] = Dataset.create(root, {"fps": 1.0 / task.control_period, "twinloop": {
+            datasets[i] = Dataset.create(out / "episodes" / "world" / _folder(label), {"fps": 1.0 / task.control_period, "twinloop": {
                 "task": task.name, "controller": label, "world": world.describe(), "seed": cfg.seed,
                 "obs_names": list(task.obs_names), "param_names": task.param_space().names}})
     batches = [EpisodeBatch(partial(policy_in_world, cfg.task, sides[side], specs[i]), seeds,

@@ -43,12 +43,15 @@ class EpisodeBatch:
         first_index: episode index of the first seed (datasets number episodes by it).
         options: keyword arguments of :func:`~twinloop.run.experiment.run_episodes`
             (``max_ticks``, ``record``, ``stop_on_success``).
+        stats: ``stats(world, controller) -> dict`` read after each episode where it ran, kept
+            as the result's ``stats`` (e.g. a real-time world's deadline misses); picklable.
     """
 
     build: Callable
     seeds: tuple[int, ...]
     first_index: int = 0
     options: dict = field(default_factory=dict)
+    stats: Callable | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
@@ -63,9 +66,16 @@ class EpisodeBatch:
 def run_batch(batch: EpisodeBatch, on_episode: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:
     """Build the batch's world and controller here and run its episodes (the unit of work)."""
     world, controller = batch.build()
+
+    def after(r: EpisodeResult) -> None:
+        if batch.stats is not None:
+            r.stats = batch.stats(world, controller)
+        if on_episode is not None:
+            on_episode(r)
+
     try:
-        return run_episodes(world, controller, batch.seeds, first_index=batch.first_index,
-                            progress=on_episode, **batch.options)
+        return run_episodes(world, controller, batch.seeds, first_index=batch.first_index, progress=after,
+                            **batch.options)
     finally:
         world.close()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -35,13 +34,13 @@ from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import GapConfig, gap
 from twinloop.calib.infogap import infogap_cost, observed_qpos
 from twinloop.control import Controller, Refiner, RefinerConfig
-from twinloop.data.episodes import Dataset
-from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
-from twinloop.plan import make_optimizer
+from twinloop.data.dataset import Dataset
+from twinloop.errors import TwinloopError, choose, number
+from twinloop.io import output_folder, read_json, write_json
+from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies import make_proposer
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
-from twinloop.run.experiment import summarize
+from twinloop.run.experiment import summarize, write_partial
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
@@ -104,13 +103,17 @@ class RSRConfig:
             if not isinstance(getattr(self, name), kind):
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
         for name in ("rounds", "episodes", "eval_episodes", "particles"):
-            if getattr(self, name) < 1:
-                raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not (np.isfinite(self.beta) and self.beta >= 0):
-            raise TwinloopError(f"beta must be >= 0, got {self.beta}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
+            object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
+        for name in ("world_seed", "seed"):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=0, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        object.__setattr__(self, "beta", number(self.beta, "beta", low=0))
+        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        for name in ("info_noise", "info_angle_noise"):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=0, low_open=True))
         choose("proposer", self.proposer, ("scripted", "none"))
+        choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
 
 
 @dataclass
@@ -163,15 +166,22 @@ class RSRLoop:
 
     Args:
         config: the loop's choices.
-        out: output folder (an unfinished run there is resumed).
+        out: output folder.
         world: the world to collect in and evaluate in (default: :func:`make_rsr_world`); a
             world given here is shipped to each episode's worker, so it must pickle for Ray.
+        mode: ``new`` (an absent or empty folder) | ``resume`` (continue the run there) |
+            ``overwrite`` (see :func:`twinloop.io.output_folder`).
         executor: where episodes run (default: serially in this process).
     """
 
-    def __init__(self, config: RSRConfig, out: str | os.PathLike, world=None, executor: Executor | None = None):
+    def __init__(self, config: RSRConfig, out: str | os.PathLike, world=None, mode: str = "new",
+                 executor: Executor | None = None):
+        if not isinstance(config, RSRConfig):
+            raise TwinloopError(f"config must be an RSRConfig, got {type(config).__name__}")
         self.cfg = config
-        self.out = Path(out)
+        # before any long work: a folder that is fresh, or an earlier run resumed explicitly
+        self.out = output_folder(out, mode, resumable=True)
+        self._load_state()  # a damaged or foreign state fails now, not after the first round
         self.task = make_task(config.task) if world is None else world.task
         self._given_world = world
         self.world = make_rsr_world(config, self.task) if world is None else world
@@ -187,12 +197,10 @@ class RSRLoop:
     # -- pieces ---------------------------------------------------------------------------------
 
     def _dataset(self, name: str):
-        root = self.out / "episodes" / name
-        if root.exists():  # a round killed half-way is redone from scratch
-            shutil.rmtree(root)
         info = {"fps": 1.0 / self.task.control_period, "task": self.task.name, "controller": name,
                 "seed": self.cfg.seed, "obs_names": list(self.task.obs_names), "param_names": self.space.names}
-        return Dataset.create(root, info)
+        # a round killed half-way is redone from scratch (its seeds give the same episodes)
+        return Dataset.create(self.out / "episodes" / name, info, mode="overwrite")
 
     def _episodes(self, name: str) -> list:
         return Dataset(self.out / "episodes" / name).episodes()
@@ -210,7 +218,11 @@ class RSRLoop:
         # success is judged on the final state
         batch = EpisodeBatch(partial(rsr_controller, self.cfg, self._given_world, params, beta), seeds,
                              options={"max_ticks": self.cfg.max_ticks, "stop_on_success": False, "record": True})
-        (results,) = self.executor.run([batch], write)
+        try:
+            (results,) = self.executor.run([batch], write)
+        except Exception as exc:  # what an interrupted episode recorded in this process is kept
+            write_partial(ds, exc)
+            raise
         return results, ds.episodes()
 
     def _seeds(self, round_: int, n: int, offset: int = 0) -> list[int]:
@@ -242,12 +254,31 @@ class RSRLoop:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    @property
+    def completed(self) -> int:
+        """The last finished round in ``out`` (-1: none, 0: only the nominal evaluation)."""
+        state = self._load_state()
+        return -1 if state is None else state["completed"]
+
     def _load_state(self) -> dict | None:
         path = self.out / STATE_FILE
         if not path.exists():
             return None
-        state = json.loads(path.read_text())
-        saved = state.get("config", {})
+        state = read_json(path, "RSR state")
+        completed = state.get("completed")
+        if (not isinstance(state.get("config"), dict) or not isinstance(state.get("rounds"), list)
+                or isinstance(completed, bool) or not isinstance(completed, int) or completed < -1
+                or len(state["rounds"]) != completed + 1
+                or not isinstance(state.get("posterior"), (dict, type(None)))):
+            raise TwinloopError(f"{path} is not a valid RSR state (config, rounds, completed, posterior); "
+                                "it is damaged: use another output folder or --overwrite")
+        if state["posterior"] is not None:
+            try:
+                Posterior.from_dict(state["posterior"])
+            except (TypeError, KeyError, ValueError) as exc:
+                raise TwinloopError(f"{path}: the saved posterior is damaged ({exc}); use another output folder "
+                                    "or --overwrite") from exc
+        saved = state["config"]
         now = json.loads(json.dumps(asdict(self.cfg)))
         diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k != "rounds")
         if diff:
@@ -260,7 +291,6 @@ class RSRLoop:
         """Run the remaining rounds; ``progress(stage, n)`` after each episode / fit."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        self.out.mkdir(parents=True, exist_ok=True)
         state = self._load_state() or {"config": asdict(cfg), "rounds": [], "posterior": None, "completed": -1}
         resumed_at = state["completed"] + 1
         post = Posterior.from_dict(state["posterior"]) if state["posterior"] else None
@@ -326,9 +356,10 @@ def plot_rsr(rounds: list[dict], path: Path) -> Path:
 
 
 def run_rsr(config: RSRConfig, out: str | os.PathLike, world=None, progress=None, log=None,
-            executor: Executor | None = None) -> RSRResult:
-    """Run (or resume) an RSR loop in ``out``; see the module docstring."""
-    return RSRLoop(config, out, world, executor).run(progress=progress, log=log)
+            mode: str = "new", executor: Executor | None = None) -> RSRResult:
+    """Run an RSR loop in ``out`` (``mode="resume"`` continues the run there; see
+    :func:`twinloop.io.output_folder`); see the module docstring."""
+    return RSRLoop(config, out, world, mode, executor).run(progress=progress, log=log)
 
 
 def rsr_table(summary: dict):

@@ -8,10 +8,12 @@ one line here (or :func:`register_backend` from your own code).
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Callable
 
 import mujoco
+import numpy as np
 
 from twinloop.errors import TwinloopError, choose
 from twinloop.params import ParamSpace
@@ -53,9 +55,21 @@ def backend_factory(name: str) -> Callable[..., Twin]:
                             else f"backend {name!r} could not be imported ({exc})") from exc
 
 
-def make_twin(backend: str, model: mujoco.MjModel, param_space: ParamSpace | None = None, **kw) -> Twin:
-    """Build a twin of ``model`` on ``backend`` (see :data:`BACKENDS`); ``kw`` go to the backend."""
-    return backend_factory(backend)(model, param_space, **kw)
+def make_twin(backend: str, model: mujoco.MjModel, param_space: ParamSpace | None = None,
+              timestep: float | None = None, **kw) -> Twin:
+    """Build a twin of ``model`` on ``backend`` (see :data:`BACKENDS`); ``kw`` go to the backend.
+
+    ``timestep`` (s) simulates the twin at another physics timestep than the model's (a
+    coarser one simulates fewer steps per control tick; check it with
+    :func:`twinloop.control.check_timestep` before trusting it).
+    """
+    factory = backend_factory(backend)
+    if timestep is not None:
+        if not (isinstance(timestep, (int, float)) and np.isfinite(timestep) and timestep > 0):
+            raise TwinloopError(f"timestep must be > 0 s, got {timestep!r}")
+        model = copy.copy(model)  # MjModel's copy is deep: the task's model is untouched
+        model.opt.timestep = float(timestep)
+    return factory(model, param_space, **kw)
 
 
 __all__ = ["BACKENDS", "MujocoTwin", "Rollouts", "Twin", "backend_factory", "make_twin", "register_backend",

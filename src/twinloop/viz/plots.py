@@ -30,8 +30,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from twinloop.data.episodes import atomic_write
 from twinloop.errors import TwinloopError
+from twinloop.io import atomic_write
 
 
 def world_label(world) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, number
 from twinloop.tasks.base import Task
 from twinloop.twin.engine import Engine
 from twinloop.worlds.twin import TwinWorld
@@ -69,6 +69,8 @@ class ShiftedWorld(TwinWorld):
         severity: 0 (identical to nominal) .. 3 (severe); 2 is the demo default.
         seed: draws the hidden parameter values (not the episodes: ``reset(seed)`` seeds
             the start state and the noise).
+        period: world time per ``step`` (default: the task's control period), see
+            :class:`SimWorld`.
 
     Attributes:
         hidden_params: ``(n,)`` true parameter values, order of ``param_space``.
@@ -79,13 +81,14 @@ class ShiftedWorld(TwinWorld):
 
     name = "shifted"
 
-    def __init__(self, task: Task, severity: int = 2, seed: int = 0):
+    def __init__(self, task: Task, severity: int = 2, seed: int = 0, period: float | None = None):
         if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:
             raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
-        self.severity, self.seed = int(severity), int(seed)
+        self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)
         self.hidden_params = shifted_params(task, self.severity, self.seed)
         super().__init__(task, self.hidden_params, delay_steps=DELAY_STEPS[self.severity],
-                         obs_noise=_noise_scales(task, self.severity), engine=SEVERE_ENGINE if self.severity >= 3 else None)
+                         obs_noise=_noise_scales(task, self.severity),
+                         engine=SEVERE_ENGINE if self.severity >= 3 else None, period=period)
 
     def describe(self) -> dict:
         """JSON-serializable summary of what is hidden from the twin."""

@@ -36,6 +36,8 @@ class TwinWorld(SimWorld):
         obs_noise: ``(len(task.obs_names),)`` Gaussian observation noise std per entry
             (default: none), seeded by ``reset(seed)``.
         engine: solver settings (default: the model's own).
+        period: world time (s) per ``step`` (default: the task's control period), as
+            :class:`~twinloop.worlds.base.SimWorld`.
 
     Attributes:
         params: the parameter values in the model (``(n,)``).
@@ -48,16 +50,14 @@ class TwinWorld(SimWorld):
     name = "twin"
 
     def __init__(self, task: Task, params=None, *, space: ParamSpace | None = None, delay_steps: int = 0,
-                 obs_noise=None, engine: Engine | None = None):
+                 obs_noise=None, engine: Engine | None = None, period: float | None = None):
         self.param_space = space if space is not None else task.param_space()
         self.params = self.param_space.nominal if params is None else self.param_space.check(
             as_array(params, "params", (len(self.param_space),)), "params")
         self.engine = engine or Engine()
         model = task.model if params is None else self.param_space.apply(task.model, self.params)
         model = self.engine.apply(model)
-        super().__init__(task, model)
-        if abs(self.substeps * model.opt.timestep - task.control_period) > 1e-9:
-            raise TwinloopError(f"timestep {model.opt.timestep} does not divide the control period {task.control_period}")
+        super().__init__(task, model, period)
         if isinstance(delay_steps, bool) or int(delay_steps) != delay_steps or delay_steps < 0:
             raise TwinloopError(f"delay_steps must be an integer >= 0, got {delay_steps!r}")
         self.delay_steps = int(round(delay_steps * task.model.opt.timestep / model.opt.timestep))
@@ -74,10 +74,7 @@ class TwinWorld(SimWorld):
         return obs
 
     def step(self, action) -> tuple[np.ndarray, dict]:
-        a = as_array(action, "action", (self.model.nu,))
-        lo, hi = self.task.action_low, self.task.action_high
-        if np.any(a < lo - 1e-9) or np.any(a > hi + 1e-9):
-            raise TwinloopError(f"action {a} outside bounds [{lo}, {hi}]")
+        a = self._check_action(action)
         for _ in range(self.substeps):
             # the command sent now reaches the actuators delay_steps physics steps later
             self._queue.append(a.copy())
@@ -152,7 +149,7 @@ class ModelWorld(World):
 
     def info(self) -> dict:
         m = self.task.model
-        return {"time": self.t * self.task.control_period, "qpos": self.state[: m.nq].copy(),
+        return {"time": self.t * self.task.control_period, "tick": self.t, "qpos": self.state[: m.nq].copy(),
                 "qvel": self.state[m.nq : m.nq + m.nv].copy()}
 
     def _observe(self) -> np.ndarray:
