@@ -142,3 +142,36 @@ def test_sync_controller_runs_on_a_realtime_world(task):
     ts = res.recorder.to_table()["timestamp"].to_numpy()
     assert np.all(np.diff(ts) > 0)  # recorded with the world's time stamps
     assert res.ticks <= 15
+
+
+EXIT_SCRIPT = """
+from twinloop.control import AsyncController, Refiner, RefinerConfig
+from twinloop.plan import make_optimizer
+from twinloop.tasks import make_task
+from twinloop.twin import make_twin
+from twinloop.worlds import RealtimeWorld, SimWorld
+
+task = make_task("push-t")
+world = RealtimeWorld(SimWorld(task), rate=1000.0)  # steps back to back: always inside MuJoCo
+obs = world.reset(0)
+refiner = Refiner(task, make_twin("mujoco", task.model), make_optimizer("mppi"),
+                  RefinerConfig(num_samples=64, horizon=1.0))
+ctrl = AsyncController(refiner)
+ctrl.reset(0)
+obs, info = world.observe()
+ctrl.act(obs, info)  # starts the planner thread, which plans from now on
+# exit without close() or stop(): both threads are inside MuJoCo calls
+"""
+
+
+def test_the_process_exits_cleanly_with_engine_threads_still_running(tmp_path):
+    """A daemon thread inside a MuJoCo call at interpreter exit used to kill the process
+    with a segmentation fault after its work was done; twinloop.threads stops them first."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "leave_threads.py"
+    script.write_text(EXIT_SCRIPT)
+    for _ in range(3):
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (r.returncode, r.stderr[-2000:])

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
+from twinloop import threads
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
 from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
@@ -561,6 +562,9 @@ class AsyncController(Controller):
             self._thread.join(timeout=30.0)
             self._thread = None
 
+    def _stop_thread(self) -> None:  # what twinloop.threads calls at exit
+        self.stop()
+
     def act(self, obs, info: dict | None = None) -> np.ndarray:
         if info is None or not {"time", "tick", "period", "rate"} <= set(info):
             raise TwinloopError("AsyncController needs a real-time world: info with time, tick, period and rate "
@@ -576,6 +580,7 @@ class AsyncController(Controller):
                 self._running = True
                 self._thread = threading.Thread(target=self._plan_loop, name="twinloop-planner", daemon=True)
                 self._thread.start()
+                threads.track(self)
             action, tick = self._scheduled(t + self._period, obs)
             self._sent[k + 1] = action
             self._sent.pop(k - 1000, None)

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from twinloop import threads
 from twinloop.errors import TwinloopError, as_array
 from twinloop.worlds.base import World
 
@@ -119,6 +120,7 @@ class RealtimeWorld(World):
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="twinloop-realtime-world", daemon=True)
         self._thread.start()
+        threads.track(self)
         return obs
 
     def send(self, action, based_on: float | None = None) -> None:
@@ -243,6 +245,8 @@ class RealtimeWorld(World):
         if self._thread is not None:
             self._thread.join(timeout=10.0)
             self._thread = None
+
+    _stop_thread = _stop  # what twinloop.threads calls at exit
 
     def _check_alive(self) -> None:
         if self._error is not None:
