@@ -92,7 +92,7 @@ def test_ik_puts_the_fork_point_at_its_target_within_the_joint_limits(task):
     prop = task.default_proposer()
     puck = np.array([0.4, -0.25])
     phase, point, target, heading = prop.targets(np.zeros(7), puck)
-    assert phase == "reach" and target[2] > prop.Z + 0.1  # from the start pose: over the puck first
+    assert phase == "reach" and target[2] > prop.Z + 0.07  # from the start pose: over the puck first
     q, err = prop.ik(np.zeros(7), point, target, heading)
     x, R = prop.fork(q)
     assert err < 0.005 and np.linalg.norm(x + R @ point - target) < 0.005

@@ -252,8 +252,8 @@ class ScriptedPusher:
     kp, kd = 200.0, 28.0          # 1/s^2, 1/s: the joint-space PD law's gains
     H = 10                        # ticks played forward per proposal
     Z = -0.275                    # the puck's centre height (m): the fork pushes there
-    LIFT, BACK = 0.11, 0.02       # m: over the puck while reaching; behind it before lowering
-    DEPTH = 0.05                  # m: how far the crossbar and the prong press into the puck
+    LIFT, BACK = 0.09, 0.02       # m: over the puck while reaching (prongs clear its top); behind it
+    DEPTH = 0.06                  # m: how far the crossbar and the prong press into the puck (0.07: through)
     CORNER = np.radians(45.0)     # the fork's heading, turned from the push line
     SHOULDER = np.array([0.1, -0.6])   # the shoulder lift joint (xy, m): the radial direction
     PRONG_GAP = 0.1 - TIP_RADIUS - PUCK_RADIUS   # puck centre to the fork's axis, touching a prong
@@ -304,11 +304,12 @@ class ScriptedPusher:
     def _pose_error(self, q, point, target, heading, q0):
         x, R = self.fork(q)
         h = R[:2, 0] / max(float(np.linalg.norm(R[:2, 0])), 1e-9)
-        pitch, roll = R[2, 0], R[2, 1]
+        pitch, roll, up = R[2, 0], R[2, 1], R[2, 2]
         return np.concatenate([
             (x + R @ point - target) / 0.01,                       # the point at its place (1 cm)
             0.3 * (h - heading),                                   # heading, second to place
-            3 * np.array([max(pitch - 0.6, 0), min(pitch + 0.25, 0), max(abs(roll) - 0.25, 0)]),  # level enough
+            # level enough, and upright: upside down, the corner's prong is the other one
+            3 * np.array([max(pitch - 0.6, 0), min(pitch + 0.25, 0), max(abs(roll) - 0.25, 0), min(up - 0.5, 0)]),
             0.01 * (q - q0),                                       # the nearest such posture
         ])
 
