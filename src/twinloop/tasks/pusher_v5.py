@@ -242,7 +242,8 @@ class ScriptedPusher:
     height. Phases, read from the state at every tick: *reach* (the corner ``LIFT`` above its
     place ``BACK`` behind the puck, so the prongs pass over it), *lower* (once above that
     place), *push* (once the puck is between the prongs at table height: the corner's target
-    moves with the puck, ``DEPTH`` into it). Each phase's target is a pose of the fork (a
+    moves with the puck, ``DEPTH`` into it), *hold* (the puck within ``HOLD`` of the goal: the
+corner touches it without pressing). Each phase's target is a pose of the fork (a
     point of the fork at a place, its heading, level within limits), solved by bounded least
     squares from the last solution (:meth:`ik`; from a few fixed postures when that fails).
     Torques: ``M(q) (kp (q* - q) - kd qd) + bias - passive``, scaled down as a whole to the
@@ -255,6 +256,7 @@ class ScriptedPusher:
     LIFT, BACK = 0.09, 0.02       # m: over the puck while reaching (prongs clear its top); behind it
     DEPTH = 0.06                  # m: how far the crossbar and the prong press into the puck (0.07: through)
     CORNER = np.radians(45.0)     # the fork's heading, turned from the push line
+    HOLD = 0.02                   # m: the puck this near the goal is left there (pushing on overshoots)
     SHOULDER = np.array([0.1, -0.6])   # the shoulder lift joint (xy, m): the radial direction
     PRONG_GAP = 0.1 - TIP_RADIUS - PUCK_RADIUS   # puck centre to the fork's axis, touching a prong
 
@@ -294,6 +296,8 @@ class ScriptedPusher:
         local = R.T @ np.array([*(puck - x[:2]), self.Z - x[2]])
         between = -0.02 < local[0] < 0.13 and abs(local[1]) < 0.1 and abs(x[2] - self.Z) < 0.04
         behind = np.array([*(puck - u * self.BACK), self.Z])
+        if between and np.linalg.norm(g) < self.HOLD:
+            return "hold", touch, np.array([*puck, self.Z]), heading   # there: touch, do not press
         if between:
             pressed = touch + np.array([-self.DEPTH, side * self.DEPTH, 0.0])
             return "push", pressed, np.array([*puck, self.Z]), heading
