@@ -117,6 +117,19 @@ def test_scripted_proposer_gets_the_fork_around_the_puck_then_pushes_it_toward_t
     assert task.error(task.state_from_obs(obs)[: task.model.nq]) < start - 0.04
 
 
+def test_scripted_proposer_stops_pressing_once_the_puck_is_at_the_goal(task):
+    prop = task.default_proposer()
+    puck = task.goal_xy() + np.array([0.0, -0.015])
+    _, point, target, heading = prop.targets(np.zeros(7), puck)
+    q, err = prop.ik(np.zeros(7), point, np.array([*puck, prop.Z]), heading)  # the corner at the puck
+    assert err < 0.005
+    phase, point, target, _ = prop.targets(q, puck)
+    assert phase == "hold"
+    np.testing.assert_allclose(point[0], 0.07)  # touching, not pressed in
+    farther = puck + np.array([0.0, -0.05])
+    assert prop.targets(q, farther)[0] != "hold"
+
+
 def test_cost_prefers_the_fork_behind_the_puck_and_the_puck_nearer_the_goal(task):
     from twinloop.tasks.base import Traj
 
