@@ -72,6 +72,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--where", nargs="+", default=["in-process", "remote"], choices=["in-process", "remote"])
     ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + episodes - 1")
     ap.add_argument("--num-samples", type=int, default=32)
     ap.add_argument("--horizon", type=float, default=0.5)
     ap.add_argument("--steps", type=int, default=100, help="episode length (in-process only when not 100)")
@@ -84,7 +85,7 @@ def main() -> None:
     rows = []
     if a.steps != 100 and "remote" in a.where:
         ap.error("--steps other than 100 runs in-process only (the served env keeps its own 100)")
-    print(f"pusher-v5 on gymnasium's Pusher-v5, {a.episodes} episodes of {a.steps} steps, refined: MPPI "
+    print(f"pusher-v5 on gymnasium's Pusher-v5, seeds {a.first_seed}-{a.first_seed + a.episodes - 1}, {a.steps} steps, refined: MPPI "
           f"K={a.num_samples}, {a.horizon:g} s horizon")
     print(f"{'where':<11} {'controller':<8} {'reached':>8} {'95% CI':>12} {'at end':>8} {'95% CI':>12} "
           f"{'final dist':>10} {'wall s':>7}")
@@ -101,7 +102,7 @@ def main() -> None:
                 ctl = Controller(ref, task.default_proposer(), refine=refine)
                 t0 = time.perf_counter()
                 res, reached = [], []
-                for s in range(a.episodes):
+                for s in range(a.first_seed, a.first_seed + a.episodes):
                     res.append(run_episode(world, ctl, s, record=False, stop_on_success=False, max_ticks=a.steps))
                     reached.append(min(world.errors) < task.success_radius)
                 k, n = sum(reached), len(res)
