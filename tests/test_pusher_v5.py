@@ -88,16 +88,67 @@ def test_gym_world_refuses_a_period_the_task_does_not_plan_at(task):
         GymWorld("Pusher-v5", task=task, control_period=0.01)
 
 
-def test_scripted_proposer_reaches_toward_the_puck(task):
+def test_ik_puts_the_fork_point_at_its_target_within_the_joint_limits(task):
+    prop = task.default_proposer()
+    puck = np.array([0.4, -0.25])
+    phase, point, target, heading = prop.targets(np.zeros(7), puck)
+    assert phase == "reach" and target[2] > prop.Z + 0.07  # from the start pose: over the puck first
+    q, err = prop.ik(np.zeros(7), point, target, heading)
+    x, R = prop.fork(q)
+    assert err < 0.005 and np.linalg.norm(x + R @ point - target) < 0.005
+    assert np.all(q >= prop.low) and np.all(q <= prop.high)
+    h = R[:2, 0] / np.linalg.norm(R[:2, 0])
+    assert h @ heading > np.cos(np.radians(30))
+
+
+def test_scripted_proposer_gets_the_fork_around_the_puck_then_pushes_it_toward_the_goal(task):
     world = SimWorld(task)
     prop = task.default_proposer()
-    obs = world.reset(2)
-    d0 = np.linalg.norm(obs[14:17] - obs[17:20])
-    for _ in range(15):
-        chunk = prop.propose(obs, task.state_from_obs(obs))
+    obs = world.reset(1)
+    start = task.error(task.state_from_obs(obs)[: task.model.nq])
+    phases = []
+    for _ in range(50):
+        state = task.state_from_obs(obs)
+        phases.append(prop.targets(state[:7], task.puck_xy(state[: task.model.nq]))[0])
+        chunk = prop.propose(obs, state)
         assert chunk.shape == (prop.H, 7) and np.all(np.abs(chunk) <= 2.0)
         obs, _ = world.step(chunk[0])
-    assert np.linalg.norm(obs[14:17] - obs[17:20]) < d0 - 0.1
+    assert phases[0] == "reach" and "push" in phases[:35]  # around the puck within 1.75 s
+    assert task.error(task.state_from_obs(obs)[: task.model.nq]) < start - 0.04
+
+
+def test_scripted_proposer_stops_pressing_once_the_puck_is_at_the_goal(task):
+    prop = task.default_proposer()
+    puck = task.goal_xy() + np.array([0.0, -0.015])
+    _, point, target, heading = prop.targets(np.zeros(7), puck)
+    q, err = prop.ik(np.zeros(7), point, np.array([*puck, prop.Z]), heading)  # the corner at the puck
+    assert err < 0.005
+    phase, point, target, _ = prop.targets(q, puck)
+    assert phase == "hold"
+    np.testing.assert_allclose(point[0], 0.07)  # touching, not pressed in
+    farther = puck + np.array([0.0, -0.05])
+    assert prop.targets(q, farther)[0] != "hold"
+
+
+def test_cost_prefers_the_fork_behind_the_puck_and_the_puck_nearer_the_goal(task):
+    from twinloop.tasks.base import Traj
+
+    T = 3
+    goal = task.goal_xy()
+    puck = np.array([0.45, -0.3, -0.275])
+    u = np.array([*(goal - puck[:2]) / np.linalg.norm(goal - puck[:2]), 0.0])
+
+    def traj(wrist, puck_xyz):
+        sd = np.zeros((T + 1, task.model.nsensordata))
+        sd[:, 3:6], sd[:, 6:9] = puck_xyz, wrist
+        return Traj(np.zeros((T + 1, task.model.nq)), np.zeros((T + 1, task.model.nv)), sd, np.zeros((T, 7)))
+
+    behind, ahead = traj(puck - 0.08 * u, puck), traj(puck + 0.08 * u, puck)
+    terms_b, terms_a = task.cost_terms(behind), task.cost_terms(ahead)
+    assert terms_b["fork_behind_puck"] < terms_a["fork_behind_puck"]
+    nearer = traj(puck - 0.08 * u, puck + 0.1 * u)
+    assert task.cost_terms(nearer)["puck_to_goal"] < terms_b["puck_to_goal"]
+    assert task.cost_terms(nearer)["final_puck"] < terms_b["final_puck"]
 
 
 def test_unknown_cost_terms_are_refused():

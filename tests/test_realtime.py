@@ -111,6 +111,30 @@ def test_in_flight_controls_are_the_sent_actions_then_the_current_plan(task):
     np.testing.assert_allclose(ctrl[per_tick:], np.tile(a_plan, (2 * per_tick, 1)))
 
 
+def test_prediction_models_the_actuation_delay_with_the_actions_still_in_the_delay_line(task):
+    """With a 40 ms actuation delay (2 ticks of 20 ms) the state a plan starting at 0.16 s
+    meets is the one at 0.20 s, reached through the actions applied over [0.06, 0.16)."""
+    ref = refiner(task)
+    acts = {j: np.array([0.01 * j, -0.005 * j]) for j in range(1, 9)}
+    state = task.initial_state(np.random.default_rng(0))
+    out = {}
+    for delay in (0.04, 0.0):
+        ctl = AsyncController(ref, None, AsyncConfig(actuation_delay=delay))
+        ctl._period, ctl._sent = 0.02, dict(acts)
+        out[delay] = ctl.predict(state, 0.10, 0.16)
+    (delayed, lead), (undelayed, lead0) = out[0.04], out[0.0]
+    assert lead == pytest.approx(0.10) and lead0 == pytest.approx(0.06)
+    per_tick = int(round(0.02 / ref.twin.dt))
+    r = ref.twin.rollout(state, np.repeat(np.stack([acts[j] for j in range(3, 8)]), per_tick, axis=0))
+    np.testing.assert_allclose(delayed[: task.model.nq], r.qpos[0, 0, -1])
+    assert not np.allclose(undelayed[: task.model.nq], delayed[: task.model.nq])
+
+
+def test_actuation_delay_must_be_a_finite_non_negative_time():
+    with pytest.raises(TwinloopError, match="actuation_delay"):
+        AsyncConfig(actuation_delay=-0.01)
+
+
 @pytest.mark.parametrize("comp", [True, False])
 def test_async_controller_plans_ahead_only_with_latency_compensation(task, comp):
     world = RealtimeWorld(SimWorld(task, period=0.02))

@@ -479,14 +479,22 @@ class AsyncConfig:
             goes). A cycle that finishes early waits out the rest, which stands in for a
             slower planner or a larger model in benchmarks; keep ``RefinerConfig.deadline``
             below it.
+        actuation_delay: world seconds from an action's application by the world to its
+            effect on the actuators (a known property of the robot, e.g. a shifted world's
+            ``delay_s``), modelled by the compensation: the state is predicted for when the
+            plan's first action takes effect, through the actions still in the delay line.
+            Rounded to whole world ticks; 0 (default) models none.
     """
 
     latency_comp: bool = True
     budget: float | None = None
+    actuation_delay: float = 0.0
 
     def __post_init__(self):
         if self.budget is not None and not (np.isfinite(self.budget) and self.budget > 0):
             raise TwinloopError(f"budget must be > 0 s or None, got {self.budget!r}")
+        if not (np.isfinite(self.actuation_delay) and self.actuation_delay >= 0):
+            raise TwinloopError(f"actuation_delay must be >= 0 s, got {self.actuation_delay!r}")
 
 
 @dataclass
@@ -497,7 +505,8 @@ class PlanCycle:
         obs_time: world time of the observation planned from.
         start: world time the plan starts at (``nan``: when it arrives, no compensation).
         seconds: wall time of the cycle (refine, prediction and any budget wait).
-        lead: predicted ahead (s of world time; 0 without compensation).
+        lead: predicted ahead (s of world time; 0 without compensation), the actuation
+            delay modelled included.
     """
 
     obs_time: float
@@ -523,6 +532,10 @@ class AsyncController(Controller):
     observed state through the actions in flight (those already sent, then the current plan's
     for the ticks before ``t_a``), and plans from it; the plan starts at ``t_a``. Without
     compensation the plan is computed from the observed state and starts when it arrives.
+    With a known actuation delay ``D`` (``config.actuation_delay``) an action applied at
+    ``t`` acts over ``t + D`` on: the prediction runs to ``t_a + D`` with the actions applied
+    over ``[t - D, t_a)`` (those in the delay line), so the plan is made from the state its
+    first action will meet (a Smith predictor); it is still sent from ``t_a``.
 
     Args:
         refiner: the refiner (its twin predicts the state ahead).
@@ -621,7 +634,7 @@ class AsyncController(Controller):
     def _in_flight(self, t0: float, t1: float, hold: np.ndarray) -> np.ndarray:
         """``(n, nu)`` controls per twin step over world time ``[t0, t1)``: the actions sent
         for those ticks, else what the current plan will send, else the previous control
-        (``hold`` before any)."""
+        (``hold`` before the first tick a sent action can reach, tick 1)."""
         ticks = int(round((t1 - t0) / self._period))
         per_tick = int(round(self._period / self.refiner.twin.dt))
         first = int(round(t0 / self._period))
@@ -630,10 +643,25 @@ class AsyncController(Controller):
         with self._cv:
             for i, j in enumerate(range(first, first + ticks)):
                 a = self._sent.get(j)
-                if a is None and self._current is not None:
+                if a is None and self._current is not None and j >= 1:
                     a = self._action_at(self._current[3], self._current[1], j * self._period)
                 out[i] = last = last if a is None else a
         return np.repeat(out, per_tick, axis=0)
+
+    def predict(self, state: np.ndarray, t_obs: float, start: float) -> tuple[np.ndarray, float]:
+        """``(state the plan starting at world time start will meet, lead in s)``: the twin
+        rolled from ``state`` (observed at ``t_obs``) through the actions in flight, to
+        ``start`` plus the modelled actuation delay ``D``. Over ``[t_obs, start + D)`` the
+        actuators act on the actions applied over ``[t_obs - D, start)``."""
+        delay = round(self.config.actuation_delay / self._period) * self._period
+        ctrl = self._in_flight(t_obs - delay, start, self.task.hold_action(state))
+        if len(ctrl):
+            params = None if self.refiner.params is None else self.refiner.params[:1]
+            r = self.refiner.twin.rollout(state, ctrl, params)
+            if r.ok[0, 0]:
+                m = self.task.model
+                state = np.concatenate([r.qpos[0, 0, -1], r.qvel[0, 0, -1], state[m.nq + m.nv:]])
+        return state, start + delay - t_obs
 
     # -- planner thread ----------------------------------------------------------------------
 
@@ -662,14 +690,7 @@ class AsyncController(Controller):
             c = max(recent) if recent else (cfg.budget or self.task.control_period)
             # the first tick boundary after the plan is published, plus one tick of pipeline
             start = (np.ceil((t_obs + c * speed) / period - 1e-6) + 1) * period
-            lead = start - t_obs
-            ctrl = self._in_flight(t_obs, start, self.task.hold_action(state))
-            if len(ctrl):
-                params = None if self.refiner.params is None else self.refiner.params[:1]
-                r = self.refiner.twin.rollout(state, ctrl, params)
-                if r.ok[0, 0]:
-                    m = self.task.model
-                    state = np.concatenate([r.qpos[0, 0, -1], r.qvel[0, 0, -1], state[m.nq + m.nv:]])
+            state, lead = self.predict(state, t_obs, start)
         warm = carry = None
         if prev is not None:
             p_plan, p_start, p_tick, _ = prev

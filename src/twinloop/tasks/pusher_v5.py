@@ -30,6 +30,7 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+from scipy.optimize import least_squares
 
 from twinloop.errors import TwinloopError, as_array
 from twinloop.params import Param, ParamSpace
@@ -69,7 +70,7 @@ class PusherV5(Task):
     obs_names = (*(f"{j}_angle" for j in ARM), *(f"{j}_rate" for j in ARM),
                  "tip_x", "tip_y", "tip_z", "puck_x", "puck_y", "puck_z", "goal_x", "goal_y", "goal_z")
     success_radius = 0.05
-    WEIGHTS = {"puck_to_goal": 1.0, "fork_behind_puck": 0.5, "near": 0.0, "effort": 0.02, "arm_speed": 0.01,
+    WEIGHTS = {"puck_to_goal": 1.0, "fork_behind_puck": 0.3, "effort": 0.02, "arm_speed": 0.01,
                "final_puck": 1.0}
 
     def __init__(self, weights: dict | None = None):
@@ -133,8 +134,12 @@ class PusherV5(Task):
     # -- cost --------------------------------------------------------------------------------
 
     def residuals(self) -> tuple[Residual, ...]:
+        """MuJoCo MPC style: the puck to the goal (running and at the end), the fork's crossbar
+        behind the puck on its line to the goal at the puck's height (where pushing starts;
+        it pulls plans that do not touch the puck yet toward ones that do), torque and arm
+        speed (effort)."""
         goal = self.goal_xy()
-        back = ScriptedPusher.FORK_BACK
+        back = TIP_RADIUS + PUCK_RADIUS + 0.01
 
         def puck(t: Traj):
             return t.sensordata[..., 3:5]
@@ -143,17 +148,11 @@ class PusherV5(Task):
             return (puck(t)[..., 1:, :] - goal) / 0.1
 
         def fork(t: Traj):
-            # the fork around the puck, crossbar behind it on the line to the goal, at its height
             p = t.sensordata[..., 1:, 3:6]
             d = goal - p[..., :2]
             u = d / np.sqrt((d**2).sum(axis=-1, keepdims=True) + 0.02**2)
-            wrist = np.concatenate([p[..., :2] - u * back, p[..., 2:3]], axis=-1)
-            mouth = np.concatenate([p[..., :2] + u * (0.1 - back), p[..., 2:3]], axis=-1)
-            return np.concatenate([t.sensordata[..., 1:, 6:9] - wrist, t.sensordata[..., 1:, 0:3] - mouth], axis=-1) / 0.1
-
-        def near(t: Traj):
-            # the fork's mouth at the puck (the env's own reward_near term)
-            return (t.sensordata[..., 1:, 0:3] - t.sensordata[..., 1:, 3:6]) / 0.1
+            behind = np.concatenate([p[..., :2] - u * back, p[..., 2:3]], axis=-1)
+            return (t.sensordata[..., 1:, 6:9] - behind) / 0.1
 
         def effort(t: Traj):
             return t.ctrl / 2.0
@@ -168,7 +167,6 @@ class PusherV5(Task):
         return (
             Residual("puck_to_goal", w["puck_to_goal"], to_goal),
             Residual("fork_behind_puck", w["fork_behind_puck"], fork),
-            Residual("near", w["near"], near),
             Residual("effort", w["effort"], effort),
             Residual("arm_speed", w["arm_speed"], arm_speed),
             Residual("final_puck", w["final_puck"], final, terminal=True),
@@ -231,75 +229,120 @@ class PusherV5(Task):
 
 
 class ScriptedPusher:
-    """Reach-and-push, the script a person writes for a torque-driven arm.
+    """Reach over the puck, lower the fork behind it, push it into the goal with the fork's
+    inner corner: joint targets by inverse kinematics, torques by a joint-space PD law.
 
-    The end effector is a fork: a crossbar (the wrist) and two prongs 0.1 m long, the puck
-    fits between them; ``tips_arm`` is the fork's mouth. Each tick the script picks targets
-    for the wrist and the mouth on the line from the goal through the puck: the wrist
-    ``FORK_BACK`` behind the puck centre, the mouth 0.1 m ahead of it (so the crossbar pushes
-    the puck toward the goal). Phases: *reach* (targets raised ``LIFT`` above the puck while
-    the wrist is still far, so the prongs pass over it), *lower*, *push* (targets moved
-    ``PUSH`` further along the line). A third point on a prong keeps the fork level. Torques
-    are spring-dampers on the three points through their Jacobians (see :meth:`torque`). The
-    chunk is that law played forward in the nominal scene for ``H`` ticks.
+    Why this shape (what the scene allows): the puck's contacts are soft in this scene, so the
+    force on the puck grows with how deep the fork presses into it (about 0.4 N/m of depth,
+    see ``DEPTH``), and it is frictionless, so a straight edge pushes only along its normal.
+    The fork pushes with its crossbar and one prong at once (the inner corner), each pressed
+    ``DEPTH`` into the puck, with its heading turned ``CORNER`` from the push line so the two
+    normals add up along the line to the goal; the side (which prong) is the one that keeps
+    the heading nearer the arm's radial direction, which the arm reaches more easily at table
+    height. Phases, read from the state at every tick: *reach* (the corner ``LIFT`` above its
+    place ``BACK`` behind the puck, so the prongs pass over it), *lower* (once above that
+    place), *push* (once the puck is between the prongs at table height: the corner's target
+    moves with the puck, ``DEPTH`` into it), *hold* (the puck within ``HOLD`` of the goal: the
+corner touches it without pressing). Each phase's target is a pose of the fork (a
+    point of the fork at a place, its heading, level within limits), solved by bounded least
+    squares from the last solution (:meth:`ik`; from a few fixed postures when that fails).
+    Torques: ``M(q) (kp (q* - q) - kd qd) + bias - passive``, scaled down as a whole to the
+    2 N m limit. The chunk is that law played forward in the nominal scene for ``H`` ticks.
     """
 
-    kp, kd, kq = 60.0, 3.0, 0.1
-    H = 20
-    FORK_BACK = PUCK_RADIUS + TIP_RADIUS + 0.01
-    LIFT, PUSH, NEAR, IN_PLACE = 0.12, 0.15, 0.05, 0.02
-    PRONG = np.array([0.05, 0.1, 0.0])  # a prong's middle in the wrist frame
-    POINT_WEIGHTS = np.array([1.0, 0.5, 0.2])  # wrist, mouth, prong: position first, then heading, then roll
+    kp, kd = 200.0, 28.0          # 1/s^2, 1/s: the joint-space PD law's gains
+    H = 10                        # ticks played forward per proposal
+    Z = -0.275                    # the puck's centre height (m): the fork pushes there
+    LIFT, BACK = 0.09, 0.02       # m: over the puck while reaching (prongs clear its top); behind it
+    DEPTH = 0.06                  # m: how far the crossbar and the prong press into the puck (0.07: through)
+    CORNER = np.radians(45.0)     # the fork's heading, turned from the push line
+    HOLD = 0.02                   # m: the puck this near the goal is left there (pushing on overshoots)
+    SHOULDER = np.array([0.1, -0.6])   # the shoulder lift joint (xy, m): the radial direction
+    PRONG_GAP = 0.1 - TIP_RADIUS - PUCK_RADIUS   # puck centre to the fork's axis, touching a prong
 
     def __init__(self, task: PusherV5):
         self.task = task
         self.model = task.model
         self.data = mujoco.MjData(self.model)
-        self.jac = np.zeros((9, self.model.nv))
+        self._kin = mujoco.MjData(self.model)
         self.goal = task.goal_xy()
-        lay = task._layout
-        self.tip, self.wrist, self.puck = lay["tip"], lay["wrist"], lay["object"]
+        self.wrist = task._layout["wrist"]
+        self.low, self.high = self.model.jnt_range[:7, 0], self.model.jnt_range[:7, 1]
+        self.postures = np.random.default_rng(0).uniform(self.low, self.high, (8, 7))
+        self._M = np.zeros((self.model.nv, self.model.nv))
 
     def reset(self, seed: int | None = None) -> None:
         """Stateless: nothing to reset."""
 
-    def prong(self, d: mujoco.MjData) -> np.ndarray:
-        """The middle of one prong (world, m): with the wrist and the mouth it fixes the fork's roll."""
-        return d.xpos[self.wrist] + d.xmat[self.wrist].reshape(3, 3) @ self.PRONG
+    def fork(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(wrist position (3,), wrist frame (3, 3))`` of arm joints ``q (7,)``: the frame's
+        x axis is the prongs' direction, its y axis the crossbar's."""
+        d = self._kin
+        d.qpos[:7] = q
+        mujoco.mj_kinematics(self.model, d)
+        return d.xpos[self.wrist].copy(), d.xmat[self.wrist].reshape(3, 3).copy()
 
-    def targets(self, d: mujoco.MjData) -> tuple[str, np.ndarray]:
-        """``(phase, (3, 3) wrist, mouth and prong targets)`` for the state in ``d`` (the fork
-        level, its prongs either side of the line to the goal)."""
-        puck = d.xipos[self.puck]
-        g = self.goal - puck[:2]
-        u = np.array([*(g / max(np.linalg.norm(g), 1e-6)), 0.0])
-        wrist = puck - u * self.FORK_BACK
-        rel = d.xpos[self.wrist] - wrist
-        along, across = float(rel[:2] @ u[:2]), float(abs(rel[0] * u[1] - rel[1] * u[0]))
-        if across < self.IN_PLACE and -self.NEAR < along < self.PUSH and abs(rel[2]) < 2 * self.IN_PLACE:
-            phase, wrist = "push", wrist + u * self.PUSH
-        elif np.linalg.norm(rel[:2]) < self.NEAR:
-            phase = "lower"
-        else:
-            phase, wrist = "reach", wrist + np.array([0.0, 0.0, self.LIFT])
-        v = np.array([-u[1], u[0], 0.0])
-        side = 1.0 if (self.prong(d) - d.xpos[self.wrist]) @ v >= 0 else -1.0
-        return phase, np.stack([wrist, wrist + 0.1 * u, wrist + 0.05 * u + 0.1 * side * v])
+    def targets(self, q: np.ndarray, puck: np.ndarray) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+        """``(phase, fork point (3,) in the wrist frame, its target (3,), heading (2,))`` for
+        arm joints ``q`` and the puck's centre ``puck (2,)``."""
+        g = self.goal - puck
+        u = g / max(float(np.linalg.norm(g)), 1e-9)
+        radial = puck - self.SHOULDER
+        side = 1.0 if u[0] * radial[1] - u[1] * radial[0] > 0 else -1.0
+        c, s = np.cos(side * self.CORNER), np.sin(side * self.CORNER)
+        heading = np.array([c * u[0] - s * u[1], s * u[0] + c * u[1]])
+        touch = np.array([TIP_RADIUS + PUCK_RADIUS, side * self.PRONG_GAP, 0.0])  # puck in the corner
+        x, R = self.fork(q)
+        local = R.T @ np.array([*(puck - x[:2]), self.Z - x[2]])
+        between = -0.02 < local[0] < 0.13 and abs(local[1]) < 0.1 and abs(x[2] - self.Z) < 0.04
+        behind = np.array([*(puck - u * self.BACK), self.Z])
+        if between and np.linalg.norm(g) < self.HOLD:
+            return "hold", touch, np.array([*puck, self.Z]), heading   # there: touch, do not press
+        if between:
+            pressed = touch + np.array([-self.DEPTH, side * self.DEPTH, 0.0])
+            return "push", pressed, np.array([*puck, self.Z]), heading
+        if np.linalg.norm((x + R @ touch)[:2] - behind[:2]) < 0.03 and x[2] > self.Z - 0.02:
+            return "lower", touch, behind, heading
+        return "reach", touch, behind + np.array([0.0, 0.0, self.LIFT]), heading
 
-    def torque(self, d: mujoco.MjData, target: np.ndarray) -> np.ndarray:
-        """``(7,)`` torques pulling the wrist, the mouth and the prong toward ``target (3, 3)``:
-        a spring-damper on each point through its Jacobian, plus joint damping (passive, so
-        stable without gravity), clipped to the actuators' range."""
+    def _pose_error(self, q, point, target, heading, q0):
+        x, R = self.fork(q)
+        h = R[:2, 0] / max(float(np.linalg.norm(R[:2, 0])), 1e-9)
+        pitch, roll, up = R[2, 0], R[2, 1], R[2, 2]
+        return np.concatenate([
+            (x + R @ point - target) / 0.01,                       # the point at its place (1 cm)
+            0.3 * (h - heading),                                   # heading, second to place
+            # level enough, and upright: upside down, the corner's prong is the other one
+            3 * np.array([max(pitch - 0.6, 0), min(pitch + 0.25, 0), max(abs(roll) - 0.25, 0), min(up - 0.5, 0)]),
+            0.01 * (q - q0),                                       # the nearest such posture
+        ])
+
+    def ik(self, q0: np.ndarray, point: np.ndarray, target: np.ndarray, heading: np.ndarray) -> tuple[np.ndarray, float]:
+        """``(joints (7,), place error m)`` putting the fork ``point`` (wrist frame) at
+        ``target`` with ``heading``: bounded least squares (joint limits) from ``q0``, then,
+        if that misses by more than 5 mm, from fixed postures too (the best kept)."""
+        best, err = None, np.inf
+        for start in (q0, *self.postures):
+            sol = least_squares(self._pose_error, np.clip(start, self.low + 1e-9, self.high - 1e-9),
+                                bounds=(self.low, self.high), args=(point, target, heading, q0),
+                                ftol=1e-4, xtol=1e-4, max_nfev=50)
+            x, R = self.fork(sol.x)
+            e = float(np.linalg.norm(x + R @ point - target))
+            if e < err - 1e-4:
+                best, err = sol.x, e
+            if err < 0.005:
+                break
+        return best, err
+
+    def torque(self, d: mujoco.MjData, q_target: np.ndarray) -> np.ndarray:
+        """``(7,)`` torques of the PD law toward ``q_target`` through the model's inertia,
+        with the joints' damping and the bias forces compensated, scaled to the limit."""
         m = self.model
-        prong = self.prong(d)
-        mujoco.mj_jacBody(m, d, self.jac[:3], None, self.wrist)
-        mujoco.mj_jacBodyCom(m, d, self.jac[3:6], None, self.tip)
-        mujoco.mj_jac(m, d, self.jac[6:], None, prong, self.wrist)
-        J = self.jac[:, :7]
-        e = np.concatenate([target[0] - d.xpos[self.wrist], target[1] - d.xipos[self.tip], target[2] - prong])
-        w = np.repeat(self.POINT_WEIGHTS, 3)
-        tau = J.T @ (w * (self.kp * e - self.kd * (J @ d.qvel[:7]))) - self.kq * d.qvel[:7]
-        return np.clip(tau, self.task.action_low, self.task.action_high)
+        mujoco.mj_forward(m, d)
+        mujoco.mj_fullM(m, d, self._M)
+        acc = self.kp * (q_target - d.qpos[:7]) - self.kd * d.qvel[:7]
+        tau = self._M[:7, :7] @ acc + d.qfrc_bias[:7] - d.qfrc_passive[:7]
+        return tau / max(1.0, float(np.abs(tau).max()) / float(self.task.action_high[0]))
 
     def propose(self, obs, state) -> np.ndarray:
         """``(H, 7)`` torques: the script played forward from ``state``."""
@@ -307,10 +350,11 @@ class ScriptedPusher:
         s = as_array(state, "state", (self.task.nstate,))
         mujoco.mj_resetData(m, d)
         d.qpos[:], d.qvel[:] = s[: m.nq], s[m.nq : m.nq + m.nv]
-        mujoco.mj_forward(m, d)
         out = np.empty((self.H, m.nu))
+        q_target = d.qpos[:7].copy()
         for k in range(self.H):
-            mujoco.mj_comPos(m, d)
-            out[k] = d.ctrl[:] = self.torque(d, self.targets(d)[1])
+            _, point, target, heading = self.targets(d.qpos[:7], self.task.puck_xy(d.qpos))
+            q_target, _ = self.ik(q_target, point, target, heading)
+            out[k] = d.ctrl[:] = np.clip(self.torque(d, q_target), self.task.action_low, self.task.action_high)
             mujoco.mj_step(m, d, nstep=self.task.substeps)
         return out
