@@ -48,6 +48,7 @@ def run(
     num_samples: int = typer.Option(64, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(1.0, help="Planning horizon (s)."),
     iterations: int = typer.Option(1, help="Refine iterations per control tick."),
+    noise: float = typer.Option(0.0, help="Sampling noise, a fraction of each action's half-range (0: the optimizer's default)."),
     world: str = typer.Option("shifted", help=one_of(WORLDS)),
     severity: int = typer.Option(2, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option("scripted", help=one_of(PROPOSERS)),
@@ -63,7 +64,7 @@ def run(
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, num_samples=num_samples, horizon=horizon,
                    iterations=iterations, world=world, severity=severity, proposer=proposer, episodes=episodes,
                    seed=seed, max_ticks=max_ticks or None, out=out, video=video, record=record,
-                   refiner={"risk": risk}))
+                   refiner={"risk": risk}, optimizer_options={"noise": noise} if noise else {}))
 
 
 def tasks():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twinloop.errors import choose
+from twinloop.errors import TwinloopError, choose
 from twinloop.plan.base import Optimizer, OptState
 from twinloop.plan.best_of_n import BestOfN
 from twinloop.plan.cem import CEM
@@ -17,7 +17,10 @@ OPTIMIZERS = {"mppi": MPPI, "cem": CEM, "predictive": PredictiveSampling, "best_
 def make_optimizer(name: str, **kw) -> Optimizer:
     """An optimizer by name (``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``)."""
     choose("optimizer", name, tuple(OPTIMIZERS))
-    return OPTIMIZERS[name](**kw)
+    try:
+        return OPTIMIZERS[name](**kw)
+    except TypeError as exc:  # an option this optimizer does not have
+        raise TwinloopError(f"optimizer {name!r} takes no option(s) {sorted(kw)} ({exc})") from exc
 
 
 __all__ = [

@@ -50,7 +50,9 @@ class PlanSpec:
         substeps: physics steps per tick.
         n_knots: N spline knots over the horizon.
         kind: ``zero`` | ``linear`` | ``cubic``.
-        low, high: ``(nu,)`` action bounds.
+        low, high: ``(nu,)`` action bounds; an action whose bounds are equal is held at that
+            value (never sampled), e.g. an arm's tool orientation while a task moves only its
+            position.
     """
 
     horizon_ticks: int
@@ -68,8 +70,8 @@ class PlanSpec:
                 f"horizon_ticks, substeps and n_knots must be >= 1, got {self.horizon_ticks}, {self.substeps}, {self.n_knots}"
             )
         lo, hi = np.asarray(self.low, float), np.asarray(self.high, float)
-        if lo.shape != hi.shape or lo.ndim != 1 or np.any(lo >= hi):
-            raise TwinloopError(f"action bounds need low < high, same shape (nu,), got {lo} and {hi}")
+        if lo.shape != hi.shape or lo.ndim != 1 or np.any(lo > hi) or np.all(lo == hi):
+            raise TwinloopError(f"action bounds need low <= high (low < high for at least one action), same shape (nu,), got {lo} and {hi}")
         object.__setattr__(self, "low", lo)
         object.__setattr__(self, "high", hi)
 

@@ -67,6 +67,7 @@ class RunConfig:
     video: bool = True
     record: bool = True
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
+    optimizer_options: dict = field(default_factory=dict)  # fields of the optimizer (e.g. noise)
 
     def __post_init__(self):
         choose("world", self.world, tuple(WORLDS))
@@ -85,7 +86,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
     twin = make_twin(cfg.backend, task.model, task.param_space())
     rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
                          seed=cfg.seed, **cfg.refiner)
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), rcfg, keep_rollouts=keep_rollouts)
+    optimizer = make_optimizer(cfg.optimizer, **cfg.optimizer_options)
+    refiner = Refiner(task, twin, optimizer, rcfg, keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
 
 
@@ -187,7 +189,7 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
     ctl = Controller(refiner, proposer, refine=True)
     r = run_episode(world, ctl, seed, max_ticks=cfg.max_ticks, record=False, ghosts=ghost_traces(task))
-    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts,
+    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera,
                           fps=int(round(1 / task.control_period)))
 
 
