@@ -37,6 +37,10 @@ from twinloop.params import ParamSpace
 from twinloop.twin.base import BatchTwin, Rollouts
 from twinloop.twin.mujoco import state_size
 
+# fields MuJoCo-Warp reads only to put bodies to sleep (a centre-of-mass shift changes
+# dof_length, which MuJoCo-Warp cannot batch)
+_SLEEP_ONLY = ("dof_length",)
+
 
 @wp.kernel
 def _set_state(state: wp.array2d(dtype=float), P: int, nq: int, nv: int, na: int,
@@ -158,8 +162,11 @@ class WarpTwin(BatchTwin):
         if not models:
             return ()
         converted = [mjw.put_model(m) for m in models]
+        sleeps = bool(self.model.opt.enableflags & mujoco.mjtEnableBit.mjENBL_SLEEP)
         names = []
         for f in dataclasses.fields(self._mw):
+            if f.name in _SLEEP_ONLY and not sleeps:
+                continue  # never read: every world shares the nominal value
             a = self._nominal.get(f.name, getattr(self._mw, f.name))
             if isinstance(a, wp.array) and any(not np.array_equal(a.numpy(), getattr(c, f.name).numpy()) for c in converted):
                 names.append(f.name)
