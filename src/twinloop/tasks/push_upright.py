@@ -1,18 +1,21 @@
-"""push-upright: the arm pushes a tall box (5 x 5 x 16 cm, 0.4 kg) to a goal without toppling it.
+"""push-upright: push a tall box (5 x 5 x 16 cm, 0.4 kg) to a goal pose without toppling it.
 
-A box pushed by a fingertip at height ``h`` tips over its leading bottom edge once the friction
-it drags along the table, ``mu m g``, has a larger moment than its weight about that edge:
-``mu h > w / 2`` (``w`` = 5 cm; the fingertip is where the push acts once the box starts to
-tilt). The nominal table (``mu`` = 0.25) lets a push at up to 10 cm stay upright; a grippier
-table topples the same push. A box that slides free (after a knock) tips the same way when
-``mu`` exceeds ``w / (2 h_com)`` = 0.31.
+The goal is a position and a heading (the box is square in plan: its four headings are the same
+pose), 12-18 cm away and turned up to 45 degrees: the arm must turn the box with off-centre
+pushes while moving it, keeping it upright. A box pushed by a fingertip at height ``h`` tips
+over its leading bottom edge once the friction it drags along the table, ``mu m g``, has a
+larger moment than its weight about that edge: ``mu h > w / 2`` (``w`` = 5 cm). The nominal
+table (``mu`` = 0.25) lets a push at up to 10 cm stay upright, a grippier one less, so the cost
+asks for low pushes (``push_height``) and gentle ones (``box_speed``: a knocked box slides free
+and tips when ``mu > w / (2 h_com)``, 0.42 with its centre of mass 2 cm below its middle).
 
 Frame: metres, table top at z = 0, arm base at (-0.40, 0, 0). The arm (``arm.xml``, see
 :mod:`twinloop.tasks.arm`) holds the tool pointing down and the fingers closed; the action
 is the tcp target (x, y, z) plus the held tool rotation and grip (7 in all).
 Twin state: ``qpos = [j1..j7, fingers (2), box position (3), box quaternion (4)]``.
-Success: box centre within 2 cm of the goal (x, y) and tilted less than 0.1 rad. Failure:
-``toppled`` once it tilts more than 0.5 rad (past its tipping angle of 0.30 rad).
+Success: box centre within 2 cm of the goal, heading within 0.15 rad, tilted less than
+0.1 rad. Failure: ``toppled`` once it tilts more than 0.5 rad (past its tipping angle of
+0.30 rad).
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ QUAT = slice(N_ARM_Q + 3, N_ARM_Q + 7)  # box quaternion in qpos
 
 
 class PushUpright(ArmTask):
-    """Push a tall box to a goal with the arm's closed fingers without toppling it.
+    """Push a tall box to a goal pose with the arm's closed fingers without toppling it.
 
     Args:
-        goal: goal ``(x, y)`` of the box centre (m).
+        goal: goal ``(x, y, heading)`` of the box (m, m, rad).
     """
 
     name = "push-upright"
