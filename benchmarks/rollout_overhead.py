@@ -71,7 +71,9 @@ def bench(task_name: str, K: int, repeats: int, nthread: int, optimizer: str, wa
     init = np.tile(full, (K, 1))
     hold = ref.hold_plan(task.hold_action(state))  # both start from keeping the actuators where they are
     ctrl = ref.basis.controls(np.tile(hold.knots, (K, 1, 1)))
-    ctrl = np.ascontiguousarray(ctrl + np.random.default_rng(1).normal(0, 0.01, ctrl.shape))
+    # 1 cm (or 0.01 rad) of noise on every planned action; a held action (equal bounds) stays
+    free = task.action_low < task.action_high
+    ctrl = np.ascontiguousarray(ctrl + np.random.default_rng(1).normal(0, 0.01, ctrl.shape) * free)
     out_s = np.empty((K, T, mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
     out_d = np.empty((K, T, m.nsensordata))
     models = [m] * K
