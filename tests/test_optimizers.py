@@ -106,5 +106,3 @@ def test_bad_optimizer_configuration_is_rejected():
         CEM(elite_fraction=0)
     with pytest.raises(TwinloopError, match="unknown risk"):
         aggregate(np.ones((1, 1)), np.ones((1, 1), bool), "median")
-    with pytest.raises(TwinloopError, match=r"'cem' takes no option\(s\) \['temperature'\]"):
-        make_optimizer("cem", temperature=0.1)
