@@ -32,7 +32,13 @@ QUAT = slice(N_ARM_Q + 3, N_ARM_Q + 7)
 
 
 class PegInsert(ArmTask):
-    """Insert the peg held in the gripper 2 cm deep into the hole."""
+    """Insert a square peg (2.2 cm) held in a 7-DoF arm's gripper 2 cm deep into a 2.5 cm square
+    hole whose axis is at x = 0.10 m, y = 0 m, its rim at z = 0.04 m. Actions (7,): the
+    fingertips' target x, y, z (m, table frame, z up), then the tool rotation and finger
+    opening, held fixed. The peg hangs about 4 cm below the fingertips and may sit off their
+    middle: line up the peg's bottom, not the fingers, with the hole, then lower it; a peg
+    landing on the rim is pushed crooked. State positions: seven arm joints, two fingers (rad,
+    m), the peg's position (m) and quaternion. Success: the peg's bottom 2 cm down the hole."""
 
     name = "peg-insert"
     xml = "peg_insert.xml"

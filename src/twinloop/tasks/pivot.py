@@ -41,7 +41,13 @@ def lean_quat(theta: float, yaw: float = 0.0) -> np.ndarray:
 
 
 class Pivot(ArmTask):
-    """Push a leaning box's foot toward the wall until the box stands on its end."""
+    """Stand up a box (12 x 8 x 6 cm) that leans against a wall by pushing its foot toward the
+    wall with the closed fingertips of a 7-DoF arm: it pivots about its foot, its top sliding up
+    the wall, until it stands on its end. Actions (7,): the fingertips' target x, y, z (m, table
+    frame, z up, wall face at x = 0.15), then the tool rotation and finger opening, held fixed.
+    Push low, at the foot: pushed high on its end face the box lies down instead. State
+    positions: seven arm joints, two fingers (rad, m), the box's position (m) and quaternion.
+    Success: the box's long axis within 0.15 rad of vertical, standing on the table."""
 
     name = "pivot"
     xml = "pivot.xml"
