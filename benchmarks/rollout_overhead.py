@@ -9,7 +9,13 @@ same thread count):
 Prints the ratio refine/raw (goal: <= 1.10) and the control rate a one-iteration refiner
 reaches at each K over a 1 s horizon (goal: >= 10 Hz at K >= 64).
 
+The start state is the task's first start state, or (``--warmup-ticks N``) where its scripted
+proposer has brought the nominal world after N ticks: in contact, for the contact-rich arm
+scenes, whose speed depends on how many contacts are active.
+
     python benchmarks/rollout_overhead.py [--task block-push] [--ks 64 256] [--repeats 30]
+    python benchmarks/rollout_overhead.py --task peg-insert --ks 32 64 128 --warmup-ticks 15 \
+        --optimizer predictive --noise 0.05
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from twinloop.control import Refiner, RefinerConfig
 from twinloop.plan import make_optimizer
 from twinloop.tasks import make_task
 from twinloop.twin import MujocoTwin
+from twinloop.worlds import SimWorld
 
 
 def median_time(fn, repeats: int) -> float:
@@ -38,12 +45,23 @@ def median_time(fn, repeats: int) -> float:
     return float(np.median(times))
 
 
-def bench(task_name: str, K: int, repeats: int, nthread: int, optimizer: str) -> dict:
+def start_state(task, warmup_ticks: int) -> np.ndarray:
+    """The task's first start state, after ``warmup_ticks`` of its scripted proposer."""
+    world = SimWorld(task)
+    obs = world.reset(0)
+    proposer = task.default_proposer() if warmup_ticks else None
+    for _ in range(warmup_ticks):
+        obs, _ = world.step(proposer.propose(obs, task.state_from_obs(obs))[0])
+    return world.true_state()
+
+
+def bench(task_name: str, K: int, repeats: int, nthread: int, optimizer: str, warmup_ticks: int = 0,
+          options: dict | None = None) -> dict:
     task = make_task(task_name)
     m = task.model
     twin = MujocoTwin(m, nthread=nthread)
-    ref = Refiner(task, twin, make_optimizer(optimizer), RefinerConfig(num_samples=K, horizon=1.0, iterations=1))
-    state = task.initial_state(np.random.default_rng(0))
+    ref = Refiner(task, twin, make_optimizer(optimizer, **(options or {})), RefinerConfig(num_samples=K, horizon=1.0, iterations=1))
+    state = start_state(task, warmup_ticks)
     T = ref.spec.horizon_ticks * ref.spec.substeps
 
     # the bare engine call on the same batch
@@ -51,8 +69,11 @@ def bench(task_name: str, K: int, repeats: int, nthread: int, optimizer: str) ->
     datas = [mujoco.MjData(m) for _ in range(nthread)]
     full = twin.full_state(state)
     init = np.tile(full, (K, 1))
-    ctrl = ref.basis.controls(np.tile(ref.hold_plan(state[:2]).knots, (K, 1, 1)))
-    ctrl = np.ascontiguousarray(ctrl + np.random.default_rng(1).normal(0, 0.01, ctrl.shape))
+    hold = ref.hold_plan(task.hold_action(state))  # both start from keeping the actuators where they are
+    ctrl = ref.basis.controls(np.tile(hold.knots, (K, 1, 1)))
+    # 1 cm (or 0.01 rad) of noise on every planned action; a held action (equal bounds) stays
+    free = task.action_low < task.action_high
+    ctrl = np.ascontiguousarray(ctrl + np.random.default_rng(1).normal(0, 0.01, ctrl.shape) * free)
     out_s = np.empty((K, T, mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
     out_d = np.empty((K, T, m.nsensordata))
     models = [m] * K
@@ -62,7 +83,7 @@ def bench(task_name: str, K: int, repeats: int, nthread: int, optimizer: str) ->
                      skip_checks=True, nstep=T, state=out_s, sensordata=out_d)
 
     def refine():
-        ref.refine(state)
+        ref.refine(state, warm=hold)
 
     # interleave to share the machine's noise between both
     t_raw, t_ref = [], []
@@ -83,11 +104,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--nthread", type=int, default=os.cpu_count())
     ap.add_argument("--optimizer", default="mppi")
+    ap.add_argument("--noise", type=float, default=0.0, help="optimizer noise (0: its default)")
+    ap.add_argument("--warmup-ticks", type=int, default=0)
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, {a.nthread} rollout threads, mujoco {mujoco.__version__}")
     print(f"{'task':<11}{'K':>6}{'T':>5}{'raw ms':>9}{'refine ms':>11}{'ratio':>7}{'Msteps/s':>10}{'ctrl Hz':>9}")
     for K in a.ks:
-        r = bench(a.task, K, a.repeats, a.nthread, a.optimizer)
+        r = bench(a.task, K, a.repeats, a.nthread, a.optimizer, a.warmup_ticks, {"noise": a.noise} if a.noise else {})
         print(f"{r['task']:<11}{r['K']:>6}{r['T']:>5}{r['raw_ms']:>9.1f}{r['refine_ms']:>11.1f}"
               f"{r['ratio']:>7.3f}{r['steps_per_s'] / 1e6:>10.3f}{r['control_hz']:>9.1f}")
 

@@ -60,6 +60,17 @@ def test_run_renders_a_video_with_ghosts(tmp_path):
     assert s["video"].endswith("refined_episode.mp4")
 
 
+def test_an_arm_task_runs_from_the_cli_with_the_sampling_noise_given(tmp_path):
+    res = runner.invoke(app, ["run", "--task", "peg-insert", "--episodes", "1", "--max-ticks", "2", "-k", "4",
+                              "--optimizer", "predictive", "--noise", "0.05", "--no-video", "--no-record",
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["controller"] for r in s["results"]] == ["base", "refined"]
+    assert s["config"]["noise"] == 0.05
+    assert s["world"]["params"].keys() >= {"peg_friction", "peg_com_x", "arm_stiffness"}
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -75,6 +86,7 @@ def test_run_renders_a_video_with_ghosts(tmp_path):
         (["--horizon", "inf"], "horizon (s) must be a finite number > 0, got inf"),
         (["--horizon", "nan"], "horizon (s) must be a finite number > 0, got nan"),
         (["--severity", "7"], "severity must be an integer >= 0 and <= 3, got 7"),
+        (["--noise", "-0.1"], "MPPI noise must be a finite number > 0, got -0.1"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):

@@ -104,6 +104,24 @@ def test_unknown_names_and_fields_are_clear_errors():
         Param("x", ("geom:ball/friction[0]",), 0, 1, 5)
 
 
+def test_a_centre_of_mass_offset_moves_the_centre_of_mass_and_the_dynamics():
+    space = ParamSpace((Param("link_com", ("body:arm/ipos[0]",), 0.0, 0.3, 0.15),))
+    m = space.apply(model(), [0.25])
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    np.testing.assert_allclose(d.xipos[1], [0.25, 0.0, 0.5], atol=1e-12)
+    # gravity pulls the link down harder with its mass further out
+    ctrl = np.zeros((1, 40, 1))
+    fall = [MujocoTwin(mm, nthread=1).rollout(np.zeros(2), ctrl).qpos[0, 0, -1, 0] for mm in (model(), m)]
+    assert fall[1] > fall[0] > 0
+
+
+def test_moving_a_centre_of_mass_compiled_at_the_body_origin_is_refused_with_the_fix():
+    space = ParamSpace((Param("tip_com", ("body:tip/ipos[0]",), -0.1, 0.1, 0.0),))
+    with pytest.raises(TwinloopError, match=r"'tip'.*own origin.*<inertial pos"):
+        space.apply(model(), [0.01])
+
+
 def test_prior_samples_are_seeded_and_inside_bounds():
     space = make_task("block-push").param_space()
     a = space.sample_prior(np.random.default_rng(0), 500)

@@ -56,11 +56,26 @@ def test_short_action_chunk_is_held_to_the_horizon():
     np.testing.assert_allclose(p.actions()[2:], np.tile([0.3, 0.4], (8, 1)))
 
 
+def test_an_action_with_equal_bounds_is_held_and_never_sampled():
+    from twinloop.plan import make_optimizer
+
+    s = PlanSpec(10, 0.1, 20, 4, "cubic", np.array([-1.0, 0.3]), np.array([1.0, 0.3]))
+    for name in ("mppi", "cem", "predictive", "best_of_n"):
+        opt = make_optimizer(name)
+        st = opt.init(np.tile([0.0, 0.3], (4, 1)), None, s.low, s.high)
+        cand = opt.sample(st, np.random.default_rng(0), 16)
+        assert np.ptp(cand[..., 0]) > 0.1 and np.all(cand[..., 1] == 0.3), name
+    u = PlanBasis(s).controls(np.random.default_rng(1).normal(size=(3, 4, 2)))
+    assert np.all(u[..., 1] == 0.3)
+
+
 def test_bad_plan_specs_are_rejected():
     with pytest.raises(TwinloopError, match="unknown spline kind"):
         spec("quintic")
-    with pytest.raises(TwinloopError, match="low < high"):
+    with pytest.raises(TwinloopError, match="low <= high"):
         PlanSpec(10, 0.1, 20, 4, "zero", np.array([1.0]), np.array([0.0]))
+    with pytest.raises(TwinloopError, match="at least one action"):
+        PlanSpec(10, 0.1, 20, 4, "zero", np.array([1.0]), np.array([1.0]))
     with pytest.raises(TwinloopError, match="action chunk must have shape"):
         PlanBasis(spec()).knots_from_ticks(np.zeros((3, 5)))
     with pytest.raises(TwinloopError, match="NaN"):

@@ -34,6 +34,7 @@ _OBJ = {
     "jnt": mujoco.mjtObj.mjOBJ_JOINT,
     "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
 }
+_SAMEFRAME_BODY = int(mujoco.mjtSameFrame.mjSAMEFRAME_BODY)
 _INERTIAL = {("body", "mass"), ("body", "inertia"), ("body", "ipos"), ("dof", "armature")}
 
 
@@ -200,6 +201,11 @@ class ParamSpace:
                 arr = getattr(model, attr)
                 if arr.ndim == 2 and col is None and arr.shape[1] > 1:
                     raise TwinloopError(f"param {p.name!r}: {attr} has {arr.shape[1]} columns; give an index like {t}[0]")
+                if kind == "body" and fld == "ipos" and model.body_sameframe[oid] == _SAMEFRAME_BODY:
+                    # MuJoCo then skips ipos (a simple body cannot even be refreshed), and a GPU
+                    # twin compiles that flag in: every particle must share it
+                    raise TwinloopError(f"param {p.name!r}: body {obj!r} has its centre of mass at its own origin, which "
+                                        f"MuJoCo compiles as fixed ({t}); give the body an <inertial pos=...> off its origin")
                 if col is not None and (arr.ndim == 1 or col >= arr.shape[1]):
                     raise TwinloopError(f"param {p.name!r}: index [{col}] out of range for {attr} ({t})")
                 slots.append(_Slot(kind, fld, attr, row, col))

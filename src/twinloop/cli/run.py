@@ -70,6 +70,7 @@ def run(
     num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     iterations: int = typer.Option(r.refiner.iterations, help="Refine iterations per control tick."),
+    noise: float = typer.Option(0.0, help="Sampling noise, a fraction of each action's half-range (0: the optimizer's default)."),
     world: str = typer.Option(r.world, help=one_of(WORLDS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
@@ -106,7 +107,7 @@ def run(
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None,
                                              actuation_delay=actuation_delay),
-                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)),
+                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None),
          overwrite, executor, address)
 
 

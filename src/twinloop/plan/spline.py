@@ -50,7 +50,9 @@ class PlanSpec:
         substeps: physics steps per tick.
         n_knots: N spline knots over the horizon.
         kind: ``zero`` | ``linear`` | ``cubic``.
-        low, high: ``(nu,)`` action bounds.
+        low, high: ``(nu,)`` action bounds; an action whose bounds are equal is held at that
+            value (never sampled), e.g. an arm's tool orientation while a task moves only its
+            position.
     """
 
     horizon_ticks: int
@@ -67,8 +69,8 @@ class PlanSpec:
             object.__setattr__(self, k, number(getattr(self, k), k, low=1, integer=True))
         object.__setattr__(self, "control_period", number(self.control_period, "control_period", low=0, low_open=True))
         lo, hi = as_array(self.low, "action low"), as_array(self.high, "action high")
-        if lo.shape != hi.shape or lo.ndim != 1 or np.any(lo >= hi):
-            raise TwinloopError(f"action bounds need low < high, same shape (nu,), got {lo} and {hi}")
+        if lo.shape != hi.shape or lo.ndim != 1 or np.any(lo > hi) or np.all(lo == hi):
+            raise TwinloopError(f"action bounds need low <= high (low < high for at least one action), same shape (nu,), got {lo} and {hi}")
         object.__setattr__(self, "low", lo)
         object.__setattr__(self, "high", hi)
 

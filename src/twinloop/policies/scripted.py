@@ -94,6 +94,8 @@ class PointPusher:
         self.dt = task.control_period
         self.H = max(1, int(round(1.0 / task.control_period)))
         self.faces = np.stack([-self.normals[:, 1], self.normals[:, 0]], axis=1)
+        # the pusher's x, y targets are the task's first two actions
+        self.low, self.high = task.action_low[:2], task.action_high[:2]
         self._last: int | None = None
 
     # -- task hooks -------------------------------------------------------------------------
@@ -101,6 +103,10 @@ class PointPusher:
     def pose(self, state: np.ndarray) -> np.ndarray:
         """Block ``(x, y, yaw)`` from a twin state."""
         return np.array([state[2], state[3], state[5]])
+
+    def pusher(self, state: np.ndarray) -> np.ndarray:
+        """Pusher ``(x, y)`` from a twin state."""
+        return np.asarray(state[0:2], dtype=float)
 
     def yaw_error(self, yaw: float) -> float:
         raise NotImplementedError
@@ -118,27 +124,27 @@ class PointPusher:
         self._last = None
 
     def propose(self, obs, state) -> np.ndarray:
-        """``(H, nu)`` pusher targets for the next H control ticks."""
+        """``(H, 2)`` pusher targets for the next H control ticks."""
         s = as_array(state, "state", (self.task.nstate,))
         choice = self._rank(s)[0]
         self._last = int(choice)
         return self._chunk(s, int(choice), 0.0, self.config.lead)
 
     def sample(self, obs, state, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``(n, H, nu)`` variants: another of the best contacts, shifted along its face, a
+        """``(n, H, 2)`` variants: another of the best contacts, shifted along its face, a
         different lead, and smooth target noise (offset + drift over the chunk)."""
         if n < 1:
             raise TwinloopError(f"sample needs n >= 1, got {n}")
         s = as_array(state, "state", (self.task.nstate,))
         cfg = self.config
         ranked = self._rank(s)[: cfg.top_k]
-        out = np.empty((n, self.H, self.task.nu))
+        out = np.empty((n, self.H, 2))
         ramp = np.linspace(0.0, 1.0, self.H)[:, None]
         for i in range(n):
             c = int(ranked[rng.integers(len(ranked))])
             chunk = self._chunk(s, c, rng.normal(0.0, cfg.jitter), cfg.lead * rng.uniform(0.5, 2.0))
             chunk += rng.normal(0.0, cfg.noise, 2) + ramp * rng.normal(0.0, cfg.noise, 2)
-            out[i] = np.clip(chunk, self.task.action_low, self.task.action_high)
+            out[i] = np.clip(chunk, self.low, self.high)
         return out
 
     # -- the script --------------------------------------------------------------------------
@@ -167,7 +173,7 @@ class PointPusher:
 
     def _chunk(self, state: np.ndarray, i: int, shift: float, lead: float) -> np.ndarray:
         cfg = self.config
-        pose, p = self.pose(state), np.asarray(state[0:2], dtype=float)
+        pose, p = self.pose(state), self.pusher(state)
         pts, nrm, u = self._pushes(pose)
         n = nrm[i]
         contact = pts[i] + shift * rotate(self.faces[i], pose[2]) - n * self.pusher_radius
@@ -180,7 +186,7 @@ class PointPusher:
             pre = contact - n * cfg.standoff
             path = [p, *self._detour(pose, p, pre), pre, contact, contact + n * (push + lead)]
             speeds = [cfg.travel_speed] * (len(path) - 3) + [cfg.push_speed] * 2
-        return np.clip(self._walk(path, speeds), self.task.action_low, self.task.action_high)
+        return np.clip(self._walk(path, speeds), self.low, self.high)
 
     def _detour(self, pose: np.ndarray, p: np.ndarray, goal: np.ndarray) -> list[np.ndarray]:
         """Waypoints around the block (an arc about its centroid) if the straight way hits it."""
@@ -188,32 +194,47 @@ class PointPusher:
         if self.clear_of_block(pose, seg).all():
             return []
         c = pose[:2] + rotate(self.centroid, pose[2])
-        R = self.radius + self.pusher_radius + self.config.clearance
-        a0 = np.arctan2(*(p - c)[::-1])
-        a1 = np.arctan2(*(goal - c)[::-1])
-        da = np.arctan2(np.sin(a1 - a0), np.cos(a1 - a0))
-        steps = max(1, int(np.ceil(abs(da) / (np.pi / 6))))
-        return [c + R * np.array([np.cos(a), np.sin(a)]) for a in a0 + da * np.linspace(0, 1, steps + 1)]
+        return arc(c, self.radius + self.pusher_radius + self.config.clearance, p, goal)
 
     def _walk(self, path: list[np.ndarray], speeds: list[float]) -> np.ndarray:
-        """Positions reached at each of the next H ticks moving along ``path`` at ``speeds``."""
-        out = np.empty((self.H, 2))
-        # a PD stage trails a target moving at v by v * lag: start that far along the path
-        k, pos, seg, t_left = 0, np.asarray(path[0], float), 1, self.dt + self.config.lag
-        while k < self.H:
-            if seg >= len(path):
-                out[k:] = pos
-                break
-            tgt = np.asarray(path[seg], float)
-            v = speeds[min(seg - 1, len(speeds) - 1)]
-            gap = float(np.linalg.norm(tgt - pos))
-            if gap <= v * t_left:
-                pos, t_left, seg = tgt, t_left - gap / v, seg + 1
-                continue
-            pos = pos + (tgt - pos) * (v * t_left / gap)
-            out[k] = pos
-            k, t_left = k + 1, self.dt
-        return out
+        return walk(path, speeds, self.H, self.dt, self.config.lag)
+
+
+def arc(centre, radius: float, start, end) -> list[np.ndarray]:
+    """Waypoints ``(2,)`` on the circle of ``radius`` about ``centre`` from the direction of
+    ``start`` to that of ``end`` the short way round, at most 30 degrees apart."""
+    c = np.asarray(centre, float)
+    a0 = np.arctan2(*(np.asarray(start, float) - c)[::-1])
+    a1 = np.arctan2(*(np.asarray(end, float) - c)[::-1])
+    da = np.arctan2(np.sin(a1 - a0), np.cos(a1 - a0))
+    steps = max(1, int(np.ceil(abs(da) / (np.pi / 6))))
+    return [c + radius * np.array([np.cos(a), np.sin(a)]) for a in a0 + da * np.linspace(0, 1, steps + 1)]
+
+
+def walk(path, speeds, ticks: int, dt: float, lag: float) -> np.ndarray:
+    """``(ticks, d)`` targets reached at each of the next ``ticks`` control ticks (``dt`` s each)
+    moving along ``path`` (waypoints ``(d,)``, the first where the tool is now) at ``speeds``
+    (m/s, one per segment; the last repeats), holding the end.
+
+    A servo trails a target moving at ``v`` by ``v * lag``, so the first target is ``dt + lag``
+    seconds along the path.
+    """
+    out = np.empty((ticks, len(path[0])))
+    k, pos, seg, t_left = 0, np.asarray(path[0], float), 1, dt + lag
+    while k < ticks:
+        if seg >= len(path):
+            out[k:] = pos
+            break
+        tgt = np.asarray(path[seg], float)
+        v = speeds[min(seg - 1, len(speeds) - 1)]
+        gap = float(np.linalg.norm(tgt - pos))
+        if gap <= v * t_left:
+            pos, t_left, seg = tgt, t_left - gap / v, seg + 1
+            continue
+        pos = pos + (tgt - pos) * (v * t_left / gap)
+        out[k] = pos
+        k, t_left = k + 1, dt
+    return out
 
 
 def pusher_excitation(task: Task, seed: int, kind: str = "excite", *, reach: float,

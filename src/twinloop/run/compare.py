@@ -78,6 +78,8 @@ class RunConfig:
         async_control: :class:`~twinloop.control.AsyncConfig` (latency compensation, budget).
         token: shared token of a ``remote:`` world.
         llm: the language model of an ``llm+...`` optimizer.
+        noise: the optimizer's sampling noise, a fraction of each action's half-range (``None``:
+            its default). Contact-rich arm tasks want it small (millimetres of tool motion).
     """
 
     task: str = "push-t"
@@ -99,6 +101,7 @@ class RunConfig:
     async_control: AsyncConfig = field(default_factory=AsyncConfig)
     token: str | None = field(default=None, repr=False)
     llm: LLMConfig = field(default_factory=LLMConfig)
+    noise: float | None = None
 
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
@@ -142,7 +145,9 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
         if check_twin:
             check_timestep(task, coarse, twin, horizon=cfg.refiner.horizon, seed=cfg.seed)
         twin = coarse
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner, keep_rollouts=keep_rollouts)
+    options = {} if cfg.noise is None else {"noise": cfg.noise}
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, **options), cfg.refiner,
+                      keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
 
 
@@ -288,7 +293,7 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
     ctl = Controller(refiner, proposer, refine=True)
     r = run_episode(world, ctl, seed, max_ticks=cfg.max_ticks, record=False, ghosts=ghost_traces(task))
-    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts,
+    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera,
                           fps=int(round(1 / task.control_period)))
 
 

@@ -17,6 +17,9 @@ from twinloop.tasks.base import Residual, SceneTask, Task, Traj
 TASKS: dict[str, str | Callable[..., Task]] = {
     "push-t": "twinloop.tasks.push_t:PushT",
     "block-push": "twinloop.tasks.block_push:BlockPush",
+    "push-upright": "twinloop.tasks.push_upright:PushUpright",
+    "pivot": "twinloop.tasks.pivot:Pivot",
+    "peg-insert": "twinloop.tasks.peg_insert:PegInsert",
     "pusher-v5": "twinloop.tasks.pusher_v5:PusherV5",
 }
 

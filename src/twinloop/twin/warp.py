@@ -15,8 +15,9 @@ device once per call and the ``(P, K, T+1, ...)`` trajectories come back once.
 
 Buffer knobs (MuJoCo-Warp allocates contacts and constraints up front):
     nconmax: contacts per world, pooled over all worlds (``naconmax = nconmax * P * K``);
-        default: MuJoCo-Warp's estimate for the model.
-    njmax: constraint rows per world, a hard per-world cap; default: MuJoCo-Warp's estimate.
+        default: the scene's ``<size nconmax>``, else MuJoCo-Warp's estimate for the model.
+    njmax: constraint rows per world, a hard per-world cap; default: the scene's
+        ``<size njmax>``, else MuJoCo-Warp's estimate.
 A world that overflows either buffer is flagged not ``ok``; raise the knob if that happens.
 
 Outputs are float32 and agree with CPU MuJoCo to ~1e-6 on the project's scenes. As in the
@@ -35,6 +36,10 @@ import warp as wp
 from twinloop.errors import TwinloopError, number
 from twinloop.params import ParamSpace
 from twinloop.twin.base import BatchTwin, Rollouts
+
+# fields MuJoCo-Warp reads only to put bodies to sleep (a centre-of-mass shift changes
+# dof_length, which MuJoCo-Warp cannot batch)
+_SLEEP_ONLY = ("dof_length",)
 
 
 @wp.kernel
@@ -92,8 +97,10 @@ class WarpTwin(BatchTwin):
         param_space: parameters that ``rollout(..., params=)`` may vary per particle.
         max_speed: a rollout with any ``|qvel|`` above this is flagged unstable.
         device: a Warp device name (default: Warp's preferred device, the GPU when there is one).
-        nconmax: contacts per world (pooled across worlds); ``None``: MuJoCo-Warp's estimate.
-        njmax: constraint rows per world (hard cap); ``None``: MuJoCo-Warp's estimate.
+        nconmax: contacts per world (pooled across worlds); ``None``: the scene's
+            ``<size nconmax>`` or MuJoCo-Warp's estimate.
+        njmax: constraint rows per world (hard cap); ``None``: the scene's ``<size njmax>`` or
+            MuJoCo-Warp's estimate.
         graph: capture the rollout into a CUDA graph (ignored on the CPU).
     """
 
@@ -113,7 +120,9 @@ class WarpTwin(BatchTwin):
             if v is not None:
                 number(v, knob, low=1, integer=True)
         self._setup(model, param_space, max_speed)
-        self.nconmax, self.njmax = nconmax, njmax
+        # a scene that knows its contact budget says so in its MJCF (<size nconmax njmax>)
+        self.nconmax = nconmax if nconmax is not None else (int(model.nconmax) if model.nconmax > 0 else None)
+        self.njmax = njmax if njmax is not None else (int(model.njmax) if model.njmax > 0 else None)
         wp.init()
         self.device = wp.get_device(device) if device else wp.get_preferred_device()
         self.graph = bool(graph) and self.device.is_cuda
@@ -150,8 +159,11 @@ class WarpTwin(BatchTwin):
         if not models:
             return ()
         converted = [mjw.put_model(m) for m in models]
+        sleeps = bool(self.model.opt.enableflags & mujoco.mjtEnableBit.mjENBL_SLEEP)
         names = []
         for f in dataclasses.fields(self._mw):
+            if f.name in _SLEEP_ONLY and not sleeps:
+                continue  # never read: every world shares the nominal value
             a = self._nominal.get(f.name, getattr(self._mw, f.name))
             if isinstance(a, wp.array) and any(not np.array_equal(a.numpy(), getattr(c, f.name).numpy()) for c in converted):
                 names.append(f.name)
