@@ -16,6 +16,7 @@ from twinloop.tasks.base import Residual, SceneTask, Task, Traj
 TASKS: dict[str, str | Callable[..., Task]] = {
     "push-t": "twinloop.tasks.push_t:PushT",
     "block-push": "twinloop.tasks.block_push:BlockPush",
+    "cloth-fold": "twinloop.tasks.cloth_fold:ClothFold",
 }
 
 
