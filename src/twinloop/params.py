@@ -4,7 +4,7 @@ A parameter addresses one or more model fields with strings such as::
 
     geom:block/friction[0]      sliding friction of geom "block"
     body:block/mass             mass of body "block" (inertia scaled with it, see below)
-    dof:block_x/damping         damping of the dof of joint "block_x"
+    dof:block_x/damping         damping of the dofs of joint "block_x" (all 3 of a ball joint)
     jnt:hinge/stiffness         joint stiffness
     actuator:px/kp              position-actuator stiffness (gainprm[0] and biasprm[1])
     actuator:px/kv              position-actuator damping (biasprm[2])
@@ -51,6 +51,8 @@ _OBJ = {
     "flex": mujoco.mjtObj.mjOBJ_FLEX,
 }
 _INERTIAL = {("body", "mass"), ("body", "inertia"), ("body", "ipos"), ("dof", "armature")}
+_JOINT_DOFS = {mujoco.mjtJoint.mjJNT_FREE: 6, mujoco.mjtJoint.mjJNT_BALL: 3,
+               mujoco.mjtJoint.mjJNT_SLIDE: 1, mujoco.mjtJoint.mjJNT_HINGE: 1}
 _FLEX_MATERIAL = ("young", "thickness")  # rescale derived arrays; their values live in numerics
 _PRIMITIVES = {mujoco.mjtGeom.mjGEOM_SPHERE, mujoco.mjtGeom.mjGEOM_CAPSULE, mujoco.mjtGeom.mjGEOM_CYLINDER,
                mujoco.mjtGeom.mjGEOM_BOX, mujoco.mjtGeom.mjGEOM_ELLIPSOID}
@@ -113,7 +115,7 @@ class _Slot:
     kind: str
     field: str
     attr: str  # the model field written; "" for a derived flex quantity (mass, young, thickness)
-    row: int
+    row: int | slice  # a slice: the dofs of a multi-dof joint
     col: int | None
 
 
@@ -213,8 +215,9 @@ class ParamSpace:
                     continue
                 elif kind == "geom" and fld == "size" and mujoco.mjtGeom(model.geom_type[oid]) not in _PRIMITIVES:
                     raise TwinloopError(f"param {p.name!r}: only a primitive geom's size can be a parameter ({t})")
-                elif kind == "dof":
-                    attr, row = f"dof_{fld}", int(model.jnt_dofadr[oid])
+                elif kind == "dof":  # every dof of the joint (3 for a ball, 6 for a free joint)
+                    n = _JOINT_DOFS[mujoco.mjtJoint(model.jnt_type[oid])]
+                    attr, row = f"dof_{fld}", slice(int(model.jnt_dofadr[oid]), int(model.jnt_dofadr[oid]) + n)
                 else:
                     attr = f"{kind}_{fld}"
                 if not hasattr(model, attr):

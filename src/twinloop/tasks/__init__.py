@@ -17,6 +17,7 @@ TASKS: dict[str, str | Callable[..., Task]] = {
     "push-t": "twinloop.tasks.push_t:PushT",
     "block-push": "twinloop.tasks.block_push:BlockPush",
     "cloth-fold": "twinloop.tasks.cloth_fold:ClothFold",
+    "rope-shape": "twinloop.tasks.rope_shape:RopeShape",
 }
 
 

@@ -9,8 +9,10 @@ length ``L`` and velocity, clamped to pull only::
 
     force = clamp(act * (-F + k L - d dL/dt), -F, 0)      capture radius  L_c = F / k
 
-so the grasp holds only a point the gripper is at (within ``L_c``) and slips when that point
-lags too far behind: a corner whipped around too fast, or too heavy, is dropped.
+so the grasp holds only a point the gripper is at (within ``L_c``), pressed against the finger,
+and slips when that point lags too far behind: a corner whipped around too fast, or too heavy,
+is dropped. The actuator force is applied explicitly; on a point of a few grams the velocity
+term with the clamp is what keeps it stable: a point rushing toward the finger is not pulled.
 
 Observation (``7 + 6 n``): gripper x, y, z (m), its velocity (m/s), the grasp activation (0-1,
 exact: the robot commands it), then each keypoint's x, y, z and its velocity. Action (4,):
@@ -18,7 +20,8 @@ gripper target x, y, z (m) and grasp command (0-1). The state comes from the key
 :class:`~twinloop.tasks.keypoints.KeypointEstimator` (a task supplies the interpolation).
 
 Cost: keypoint distance to the goal (running and final), a hold term that keeps a grasped point
-close while the grasp is commanded, a terminal release term (end clear of the object) and effort.
+close while the grasp is commanded, a terminal release term (end clear of the object, weighted
+in only as the shape nears its goal) and effort.
 Success: mean keypoint distance to the goal <= ``tolerance``, the scored keypoints on the table
 (none in flight) and the gripper released (farther than the capture radius from the grasped
 point, where the grasp can exert no force).
@@ -26,6 +29,7 @@ point, where the grasp can exert no force).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 
 import mujoco
@@ -169,6 +173,14 @@ class GraspTask(Task):
             out[i] = d.site_xpos[self._sites]
         return out.reshape(*q.shape[:-1], len(self.points), 3)
 
+    def point_index(self, name: str) -> int:
+        """Index of the tracked point ``name`` among :attr:`points`."""
+        return [k.name for k in self.points].index(name)
+
+    def goal_of(self, name: str) -> np.ndarray:
+        """``(3,)`` goal position of the scored point ``name``."""
+        return self.goal[[k.name for k in self.scored].index(name)]
+
     def grasp_gap(self, qpos) -> np.ndarray:
         """``(...)`` distance (m) from the gripper to the grasped point."""
         q = as_array(qpos, "qpos")
@@ -225,8 +237,12 @@ class GraspTask(Task):
             return (t.ctrl[..., 3] * lag)[..., None] / (0.25 * self.capture_radius)
 
         def release(t: Traj):
-            short = np.maximum(1.5 * self.capture_radius - gap(t.sensordata[..., -1, :]), 0.0)
-            return short[..., None] / self.capture_radius
+            # end clear of the grasped point, but only once the shape is nearly there: a
+            # grasp held mid-task is what carries the object, not a cost
+            s = t.sensordata[..., -1, :]
+            short = np.maximum(1.5 * self.capture_radius - gap(s), 0.0) / self.capture_radius
+            near = 1.0 / (1.0 + (np.linalg.norm(kp_error(s), axis=-1) / 2.0) ** 2)
+            return (short * near)[..., None]
 
         def effort(t: Traj):
             return (t.ctrl[..., :3] - t.qpos[..., :-1, 0:3]) / 0.1
@@ -286,3 +302,108 @@ class GraspTask(Task):
             return np.clip(np.asarray(a, dtype=float), lo, hi)
 
         return f
+
+
+@dataclass(frozen=True)
+class SwingConfig:
+    """Knobs of a scripted swing (metres, seconds; see :class:`SwingScript`).
+
+    Attributes:
+        travel_speed: gripper speed when not carrying (m/s).
+        arc_time: time to swing the point from its start to its goal (s).
+        arc_height: peak height of the point's arc above the table (m).
+        arc_radius: the arc's horizontal half-width as a fraction of half the start-goal
+            distance (under 1: the object is never pulled taut).
+        release: fraction of the arc at which the grasp opens (the point flies the rest).
+        hover: height above the point to descend from (m).
+        pinch: gripper height above the point when grasping (m).
+        lag: how far (s) the PD stage trails its target; targets run this far ahead.
+    """
+
+    travel_speed: float = 0.4
+    arc_time: float = 0.8
+    arc_height: float = 0.15
+    arc_radius: float = 0.95
+    release: float = 1.0
+    hover: float = 0.03
+    pinch: float = 0.01
+    lag: float = 0.05
+
+
+class SwingScript:
+    """The fold a person scripts against the nominal object: fly over the grasped point, pinch
+    it, swing it over to its goal on a half ellipse (over the midpoint of start and goal) in
+    ``arc_time``, let go at ``release`` of the way, then back off. Each tick it plans the whole
+    rest of that sequence from the estimated state (so its chunk, the refiner's prior, reaches
+    past the current phase, and a dropped point is grasped again), but it never checks where a
+    released point landed: an object that drapes, slides or flies unlike the nominal one stays
+    wrong.
+
+    ``propose(obs, state) -> (H, 4)`` gripper targets and grasp commands per control tick,
+    ``H = round(1 s / period)``, each target ``lag`` ahead of where the PD stage should be.
+
+    Args:
+        task: the task.
+        point: index of the grasped point among ``task.points``.
+        start, goal: ``(3,)`` where that point starts (nominally) and where it belongs.
+        config: :class:`SwingConfig`.
+    """
+
+    def __init__(self, task: GraspTask, point: int, start, goal, config: SwingConfig | None = None):
+        self.task, self.config = task, config or SwingConfig()
+        self.dt = task.control_period
+        self.H = max(1, int(round(1.0 / self.dt)))
+        start, goal = np.asarray(start, dtype=float), np.asarray(goal, dtype=float)
+        self.point = int(point)
+        self.centre = (start + goal) / 2
+        self.out = (start - self.centre) / np.linalg.norm(start - self.centre)
+        self.reach = float(np.linalg.norm(start[:2] - self.centre[:2]))
+
+    def reset(self, seed: int | None = None) -> None:
+        """Nothing to reset: the script reads everything from the state."""
+
+    def propose(self, obs, state) -> np.ndarray:
+        """``(H, 4)`` actions per control tick."""
+        t, cfg = self.task, self.config
+        s = as_array(state, "state", (t.nstate,))
+        m = t.model
+        grip, act = s[0:3], float(s[m.nq + m.nv])
+        p = t.keypoint_positions(s[: m.nq])[self.point]
+        if act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius:  # held: swing on
+            keys = self._swing(self._angle(p), 0.0)
+        elif (p - self.centre) @ self.out < 0:  # past the middle, let go: done, back off
+            keys = [(0.0, grip, 0.0), (0.08 / cfg.travel_speed, grip + [0, 0, 0.08], 0.0)]
+        else:  # over the point, down, close (one tick for the grasp to build up), swing
+            above, at = p + [0, 0, cfg.hover], p + [0, 0, cfg.pinch]
+            t1 = np.linalg.norm(above - grip) / cfg.travel_speed
+            t2 = t1 + (cfg.hover - cfg.pinch) / cfg.travel_speed
+            keys = [(0.0, grip, 0.0), (t1, above, 0.0), (t2, at, 1.0), *self._swing(0.0, t2 + self.dt)]
+        return self._sample(keys)
+
+    def _angle(self, p: np.ndarray) -> float:
+        """The point's angle on the swing (0: start, pi: goal)."""
+        cfg = self.config
+        rel = p - self.centre
+        return float(np.clip(np.arctan2(rel[2] / cfg.arc_height, (rel @ self.out) / (cfg.arc_radius * self.reach)), 0.0, np.pi))
+
+    def _swing(self, theta: float, t0: float) -> list:
+        """Keys ``(time, target, grasp)`` of the swing from angle ``theta`` starting at ``t0``,
+        opening at ``release``, then backing off."""
+        cfg = self.config
+        th = np.linspace(theta, np.pi, 9)
+        times = t0 + (th - theta) * cfg.arc_time / np.pi
+        arc = self.centre + cfg.arc_radius * self.reach * np.cos(th)[:, None] * self.out
+        arc = arc + np.array([0, 0, 1.0]) * (cfg.arc_height * np.sin(th) + cfg.pinch)[:, None]
+        keys = [(ti, a, float(x < cfg.release * np.pi)) for ti, a, x in zip(times, arc, th, strict=True)]
+        return keys + [(times[-1] + 0.08 / cfg.travel_speed, arc[-1] + [0, 0, 0.08], 0.0)]
+
+    def _sample(self, keys: list) -> np.ndarray:
+        """``(H, 4)``: targets interpolated linearly between keys at the tick times (``lag``
+        ahead), the grasp command of the last key reached."""
+        times = np.array([k[0] for k in keys])
+        xyz = np.array([k[1] for k in keys])
+        grasp = np.array([k[2] for k in keys])
+        at = self.dt * np.arange(1, self.H + 1) + self.config.lag
+        out = np.column_stack([*(np.interp(at, times, xyz[:, i]) for i in range(3)),
+                               grasp[np.searchsorted(times, at, side="right") - 1]])
+        return np.clip(out, self.task.action_low, self.task.action_high)
