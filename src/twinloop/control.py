@@ -2,13 +2,16 @@
 
 One refine iteration::
 
-    candidates = clip([mean, prior, optimizer.sample(K - 2)])      (K, N, nu) knots
+    candidates = clip([mean, prior, suggested, optimizer.sample(K - 2 - M)])   (K, N, nu) knots
     rollouts   = twin.rollout(state, basis.controls(candidates), params)
     J          = risk(task.cost(rollouts), over parameter particles)   (K,)
     state      = optimizer.update(finite candidates, finite J)
 
 Everything an optimizer would otherwise repeat (clipping, keeping the incumbent and the base
-proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) is here.
+proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) is here. So is
+the batch itself: knots an optimizer suggests (``OptState.suggested``, e.g. a language
+model's plans, M of them) join the next batch in place of as many samples, and when another
+iteration follows the optimizer is told what the batch did (``OptState.feedback``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import mujoco
 import numpy as np
 
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose
-from twinloop.plan import RISKS, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
+from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
 from twinloop.tasks.base import Task
 from twinloop.twin.base import Rollouts, Twin
@@ -79,6 +83,7 @@ class RefineResult:
         seconds: wall time.
         rollouts: the last iteration's rollouts (for plotting ghost traces), if kept.
         costs: the last iteration's ``(K,)`` aggregated costs.
+        optimizer_info: what the optimizer reported (``OptState.info``).
     """
 
     plan: Plan
@@ -90,6 +95,7 @@ class RefineResult:
     seconds: float
     rollouts: object = None
     costs: np.ndarray | None = None
+    optimizer_info: dict = field(default_factory=dict)
 
 
 class Refiner:
@@ -123,6 +129,8 @@ class Refiner:
         self.keep_rollouts = keep_rollouts
         self.extra_costs = tuple(extra_costs)
         self.rng = np.random.default_rng(self.config.seed)
+        self._description = task.description()
+        self._state_names = qpos_names(task.model)
 
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
@@ -187,9 +195,13 @@ class Refiner:
                 break
             ti = time.perf_counter()
             incumbent = [ostate.mean] + fixed[1:] if it else fixed
-            n_new = cfg.num_samples - len(incumbent)
+            head = np.stack(incumbent)
+            if ostate.suggested is not None:  # evaluated once, in place of as many samples
+                head = np.concatenate([head, ostate.suggested[: cfg.num_samples - len(head)]])
+                ostate = ostate.with_(suggested=None)
+            n_new = cfg.num_samples - len(head)
             sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
-            cand = np.clip(np.concatenate([np.stack(incumbent), sampled]), lo, hi)
+            cand = np.clip(np.concatenate([head, sampled]), lo, hi)
             r, c = self.evaluate(s, cand)
             n_roll += r.ok.size
             n_bad += r.n_unstable
@@ -200,7 +212,8 @@ class Refiner:
                 j = int(np.argmin(np.where(finite, c, np.inf)))
                 if c[j] < best_c:
                     best_c, best_k = float(c[j]), cand[j].copy()
-                ostate = self.optimizer.update(ostate, cand[finite], c[finite])
+                fb = self._feedback(r, cand, c) if it + 1 < cfg.iterations else None
+                ostate = self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
             last_r, last_c = r, c
             it += 1
             iter_time = time.perf_counter() - ti
@@ -210,7 +223,31 @@ class Refiner:
             plan=Plan(best_k, self.spec), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
             rollouts=last_r if self.keep_rollouts else None, costs=last_c,
+            optimizer_info=dict(ostate.info),
         )
+
+    def _feedback(self, r: Rollouts, cand: np.ndarray, costs: np.ndarray) -> Feedback:
+        """What the batch did, for an optimizer that reasons over rollouts (see ``Feedback``)."""
+        ticks = np.arange(0, r.horizon_steps + 1, self.spec.substeps)
+        return Feedback(
+            description=self._description, spec=self.spec, candidates=cand, costs=costs,
+            unstable=~r.ok.all(axis=0), times=ticks * r.dt, states=r.qpos[0][:, ticks],
+            state_names=self._state_names,
+            cost_terms=lambda: {k: v.mean(axis=0) for k, v in self.task.rollout_terms(r).items()},
+            failure=self.task.failure,
+        )
+
+
+def qpos_names(model: mujoco.MjModel) -> tuple[str, ...]:
+    """``(nq,)`` names of a model's position coordinates: the joint's name, indexed for the
+    7 of a free joint and the 4 of a ball joint."""
+    width = {int(mujoco.mjtJoint.mjJNT_FREE): 7, int(mujoco.mjtJoint.mjJNT_BALL): 4}
+    names: list[str] = []
+    for j in range(model.njnt):
+        name = model.joint(j).name or f"joint{j}"
+        n = width.get(int(model.jnt_type[j]), 1)
+        names += [name] if n == 1 else [f"{name}[{i}]" for i in range(n)]
+    return tuple(names)
 
 
 @dataclass
@@ -225,6 +262,7 @@ class TickInfo:
     iterations: int = 0
     n_unstable: int = 0
     seconds: float = 0.0
+    optimizer_info: dict = field(default_factory=dict)
     result: RefineResult | None = field(default=None, repr=False)
 
 
@@ -288,5 +326,6 @@ class Controller:
             return self.last.action
         self._warm = res.plan.shifted()
         self.last = TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
-                             iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds, result=res)
+                             iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
+                             optimizer_info=res.optimizer_info, result=res)
         return self.last.action

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from twinloop.cli.common import console, guard, one_of, progress_ticks, results_table
-from twinloop.plan import OPTIMIZERS
+from twinloop.plan import OPTIMIZER_NAMES, LLMConfig
 from twinloop.policies import PROPOSERS
 from twinloop.run.compare import RunConfig, run_comparison
 from twinloop.tasks import TASKS, make_task
@@ -43,7 +43,8 @@ def demo(
 @guard
 def run(
     task: str = typer.Option("push-t", help=one_of(TASKS)),
-    optimizer: str = typer.Option("mppi", help=one_of(OPTIMIZERS)),
+    optimizer: str = typer.Option("mppi", help=one_of(OPTIMIZER_NAMES) + " (llm+*: a language model's plans "
+                                  "join the batches; needs --iterations >= 2)"),
     backend: str = typer.Option("mujoco", help=one_of(BACKENDS)),
     num_samples: int = typer.Option(64, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(1.0, help="Planning horizon (s)."),
@@ -58,12 +59,16 @@ def run(
     out: str = typer.Option("twinloop-out"),
     video: bool = typer.Option(True),
     record: bool = typer.Option(True, help="Write every episode as Parquet."),
+    llm_base_url: str = typer.Option(None, help="llm+*: OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 "
+                                     "(default: $TWINLOOP_LLM_BASE_URL). Key: $OPENAI_API_KEY."),
+    llm_model: str = typer.Option(None, help="llm+*: model name (default: $TWINLOOP_LLM_MODEL)."),
+    llm_timeout: float = typer.Option(30.0, help="llm+*: seconds per request."),
 ):
     """The demo's experiment with every choice as an option."""
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, num_samples=num_samples, horizon=horizon,
                    iterations=iterations, world=world, severity=severity, proposer=proposer, episodes=episodes,
                    seed=seed, max_ticks=max_ticks or None, out=out, video=video, record=record,
-                   refiner={"risk": risk}))
+                   refiner={"risk": risk}, llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)))
 
 
 def tasks():

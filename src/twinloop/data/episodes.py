@@ -28,6 +28,9 @@ twin.qpos/qvel      list<float64>  twin state estimated from obs (absent if not 
 world.qpos/qvel     list<float64>  hidden true state of a simulated world (absent if none)
 refine.*            see below      cost, prior_cost, seconds (float64), iterations,
                                    n_unstable (int64), fallback (bool) of the control tick
+refine.optimizer_info  string      JSON object: what the optimizer reported that tick
+                                   (e.g. a language model's calls, tokens, seconds, and
+                                   why its plans were not used); ``{}`` when nothing
 ==================  =============  =====================================================
 
 Optional vector columns that were never given are left out rather than stored as nulls:
@@ -64,6 +67,7 @@ TWIN_QPOS, TWIN_QVEL, WORLD_QPOS, WORLD_QVEL = "twin.qpos", "twin.qvel", "world.
 #: refine.<name> columns and their types (from :class:`twinloop.control.TickInfo`)
 REFINE_FIELDS: dict[str, type] = {"cost": float, "prior_cost": float, "iterations": int,
                                   "seconds": float, "fallback": bool, "n_unstable": int}
+OPTIMIZER_INFO = "refine.optimizer_info"  # TickInfo.optimizer_info as JSON text
 REQUIRED = (OBS, ACTION, TIMESTAMP, FRAME, EPISODE, INDEX, TASK, REWARD, DONE, SUCCESS, COST)
 
 CODEBASE_VERSION = "v2.1"
@@ -145,6 +149,7 @@ class EpisodeRecorder:
         self._cost: list[float] = []
         self._vec: dict[str, list[np.ndarray]] = {}  # column -> per-frame vectors
         self._refine: dict[str, list] = {k: [] for k in REFINE_FIELDS}
+        self._optimizer_info: list[str] = []
         self._success: bool | None = None
 
     @classmethod
@@ -194,6 +199,7 @@ class EpisodeRecorder:
                 raise TwinloopError(f"{name} has length {arr.size} at frame {frame} but {self._vec[col][0].size} at frame 0")
             checked[col] = arr
         refine = self._tick_values(tick, frame)
+        opt_info = "{}" if tick is None else _dumps(tick.optimizer_info, f"optimizer_info at frame {frame}")
         try:
             c = math.nan if cost is None else float(cost)
         except (TypeError, ValueError) as exc:
@@ -204,6 +210,7 @@ class EpisodeRecorder:
             self._vec.setdefault(col, []).append(arr.copy())
         for k, v in refine.items():
             self._refine[k].append(v)
+        self._optimizer_info.append(opt_info)
 
     def _split_state(self, state, frame: int):
         if state is None:
@@ -268,6 +275,7 @@ class EpisodeRecorder:
         for k, typ in REFINE_FIELDS.items():
             dtype = {float: np.float64, int: np.int64, bool: np.bool_}[typ]
             cols[f"refine.{k}"] = pa.array(np.asarray(self._refine[k], dtype))
+        cols[OPTIMIZER_INFO] = pa.array(self._optimizer_info, pa.string())
         return pa.table(cols)
 
 
@@ -294,7 +302,8 @@ class Episode:
         world_qpos, world_qvel: hidden true state of a simulated world, or ``None``.
         costs: ``(T,)`` task cost per frame (``nan`` where unknown).
         success: the episode's outcome (``None`` when the source does not say).
-        refine: ``refine.*`` columns by name (``(T,)`` each; empty for foreign data).
+        refine: ``refine.*`` columns by name (``(T,)`` arrays; ``optimizer_info`` is a list of
+            T dicts; empty for foreign data).
         task_index: index of the task.
     """
 
@@ -308,7 +317,7 @@ class Episode:
     world_qvel: np.ndarray | None = None
     costs: np.ndarray | None = None
     success: bool | None = None
-    refine: dict[str, np.ndarray] = field(default_factory=dict)
+    refine: dict[str, np.ndarray | list[dict]] = field(default_factory=dict)
     task_index: int = 0
 
     def __len__(self) -> int:
@@ -376,6 +385,8 @@ def _episode_from_table(table: pa.Table, cols: Mapping[str, str], where: str, *,
             c = f"refine.{k}"
             if c in has:
                 ref[k] = _scalar(table, c, where, {float: np.float64, int: np.int64, bool: np.bool_}[typ])
+        if OPTIMIZER_INFO in has:
+            ref["optimizer_info"] = [json.loads(t) for t in table.column(OPTIMIZER_INFO).to_pylist()]
     return Episode(episode_index=episode_index, obs=vec("obs"), actions=vec("action"), timestamps=t,
                    qpos=vec("qpos"), qvel=vec("qvel"), world_qpos=vec("world_qpos"),
                    world_qvel=vec("world_qvel"), costs=costs, success=success, refine=ref,
@@ -386,6 +397,8 @@ def _episode_from_table(table: pa.Table, cols: Mapping[str, str], where: str, *,
 
 
 def _feature(typ: pa.DataType, n: int, names) -> dict:
+    if pa.types.is_string(typ):  # LeRobot's text feature (no stats)
+        return {"dtype": "string", "shape": [1], "names": None}
     if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
         typ = typ.value_type
     else:
@@ -417,6 +430,8 @@ def _episode_stats(table: pa.Table, features: dict) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns (e.g. refine.cost)
         for name in features:
+            if features[name]["dtype"] == "string":
+                continue
             m = _matrix(table, name, "stats")
             fns = {"min": np.nanmin, "max": np.nanmax, "mean": np.nanmean, "std": np.nanstd}
             s = {k: [None if not math.isfinite(v) else float(v) for v in fn(m, axis=0)] for k, fn in fns.items()}

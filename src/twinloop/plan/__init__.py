@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 from twinloop.errors import choose
-from twinloop.plan.base import Optimizer, OptState
+from twinloop.plan.base import Feedback, Optimizer, OptState
 from twinloop.plan.best_of_n import BestOfN
 from twinloop.plan.cem import CEM
+from twinloop.plan.llm import LLMConfig, LLMGuided
 from twinloop.plan.mppi import MPPI
 from twinloop.plan.predictive import PredictiveSampling
 from twinloop.plan.risk import RISKS, aggregate
 from twinloop.plan.spline import KINDS, Plan, PlanBasis, PlanSpec
 
 OPTIMIZERS = {"mppi": MPPI, "cem": CEM, "predictive": PredictiveSampling, "best_of_n": BestOfN}
+#: every name ``make_optimizer`` takes: the sampling optimizers, and each guided by a language model
+OPTIMIZER_NAMES = (*OPTIMIZERS, "llm", *(f"llm+{k}" for k in OPTIMIZERS))
 
 
-def make_optimizer(name: str, **kw) -> Optimizer:
-    """An optimizer by name (``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``)."""
-    choose("optimizer", name, tuple(OPTIMIZERS))
+def make_optimizer(name: str, llm: LLMConfig | None = None, **kw) -> Optimizer:
+    """An optimizer by name: ``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``, or
+    ``llm+<one of them>`` (``llm`` alone is ``llm+mppi``): that optimizer, its batches joined by
+    a language model's plans (:mod:`twinloop.plan.llm`), configured by ``llm``.
+
+    ``kw`` configures the sampling optimizer; ``llm`` is ignored by the others.
+    """
+    choose("optimizer", name, OPTIMIZER_NAMES)
+    if name.partition("+")[0] == "llm":
+        return LLMGuided(OPTIMIZERS[name.partition("+")[2] or "mppi"](**kw), llm)
     return OPTIMIZERS[name](**kw)
 
 
 __all__ = [
-    "CEM", "KINDS", "MPPI", "OPTIMIZERS", "RISKS", "BestOfN", "OptState", "Optimizer", "Plan",
-    "PlanBasis", "PlanSpec", "PredictiveSampling", "aggregate", "make_optimizer",
+    "CEM", "KINDS", "MPPI", "OPTIMIZERS", "OPTIMIZER_NAMES", "RISKS", "BestOfN", "Feedback", "LLMConfig",
+    "LLMGuided", "OptState", "Optimizer", "Plan", "PlanBasis", "PlanSpec", "PredictiveSampling",
+    "aggregate", "make_optimizer",
 ]

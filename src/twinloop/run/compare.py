@@ -20,7 +20,7 @@ import numpy as np
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
 from twinloop.io import write_json
-from twinloop.plan import make_optimizer
+from twinloop.plan import LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
@@ -33,7 +33,8 @@ class RunConfig:
 
     Attributes:
         task: a registered task (``twinloop.tasks.TASKS``).
-        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``).
+        optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
+            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs ``iterations >= 2``.
         backend: a twin backend (``twinloop.twin.BACKENDS``).
         num_samples: K candidates per refine iteration.
         horizon: planning horizon (s).
@@ -49,6 +50,8 @@ class RunConfig:
         out: output folder.
         video: render one refined episode with ghost rollouts.
         record: write every episode to ``out/episodes``.
+        refiner: extra :class:`~twinloop.control.RefinerConfig` fields.
+        llm: the language model of an ``llm+...`` optimizer.
     """
 
     task: str = "push-t"
@@ -67,10 +70,14 @@ class RunConfig:
     video: bool = True
     record: bool = True
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
+    llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
         choose("world", self.world, tuple(WORLDS))
         choose("proposer", self.proposer, tuple(PROPOSERS))
+        if self.optimizer.startswith("llm") and self.iterations < 2:
+            raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
+                                f"batch: it needs iterations >= 2, got {self.iterations}")
         if self.episodes < 1:
             raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
         if not 0 <= self.severity <= 3:
@@ -85,7 +92,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
     twin = make_twin(cfg.backend, task.model, task.param_space())
     rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
                          seed=cfg.seed, **cfg.refiner)
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), rcfg, keep_rollouts=keep_rollouts)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), rcfg, keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
 
 

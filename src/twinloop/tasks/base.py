@@ -262,8 +262,8 @@ class Task:
             out[r.name] = r.weight * (sq if r.terminal else sq.mean(axis=-1))
         return out
 
-    def cost(self, rollouts: Rollouts) -> np.ndarray:
-        """``(P, K)`` total cost of each rollout.
+    def rollout_terms(self, rollouts: Rollouts) -> dict[str, np.ndarray]:
+        """Weighted value of every residual term of each rollout, each ``(P, K)``.
 
         Residuals are read every ``cost_stride`` physics steps (the final state is always
         included): rollouts are simulated at full rate, only the cost is sampled coarser.
@@ -275,7 +275,11 @@ class Task:
                         rollouts.sensordata[..., ::n, :], rollouts.ctrl[None, :, ::n, :])
         else:
             traj = Traj(rollouts.qpos, rollouts.qvel, rollouts.sensordata, rollouts.ctrl[None])
-        return sum(self.cost_terms(traj).values())
+        return self.cost_terms(traj)
+
+    def cost(self, rollouts: Rollouts) -> np.ndarray:
+        """``(P, K)`` total cost of each rollout: the sum of :meth:`rollout_terms`."""
+        return sum(self.rollout_terms(rollouts).values())
 
 
 class SceneTask(Task):

@@ -25,6 +25,17 @@ def _yaw_residual(yaw: np.ndarray, goal: float, symmetry: int) -> np.ndarray:
 
 
 class BlockPush(Task):
+    """Push an 8 cm cube lying on a table to a goal position and yaw with a 15 mm spherical
+    pusher on an XY stage. Actions (2,): the pusher's target x, y (m, table frame, z up); a
+    PD stage drives the pusher toward it. The pusher moves the cube only by touching it: to
+    move the cube toward +x it must push on the cube's -x face. State positions: pusher_x,
+    pusher_y, block_x, block_y, block_z (m), block_yaw (rad). Success: the cube within 1.5 cm
+    and 0.15 rad of the goal (the cube looks the same every quarter turn).
+
+    Args:
+        goal: goal ``(x, y, yaw)`` of the cube (m, m, rad).
+    """
+
     name = "block-push"
     xml = "block_push.xml"
     control_period = 0.1
@@ -41,6 +52,10 @@ class BlockPush(Task):
         self.goal = np.asarray(goal, dtype=float)
         self.action_low = np.array([-0.3, -0.3])
         self.action_high = np.array([0.3, 0.3])
+
+    def description(self) -> str:
+        x, y, yaw = self.goal
+        return f"{super().description()} Goal: block_x = {x:.3f} m, block_y = {y:.3f} m, block_yaw = {yaw:.2f} rad."
 
     # -- cost --------------------------------------------------------------------------------
 

@@ -110,7 +110,15 @@ def distance_to_t(pose, points) -> np.ndarray:
 
 
 class PushT(Task):
-    """Push-T in MuJoCo (see the module docstring for frames and units).
+    """Push-T in MuJoCo: push a T-shaped block (a 120 x 30 mm bar with a 30 x 90 mm stem,
+    30 mm tall) lying on a table onto a goal pose with a 15 mm circular pusher. Actions (2,):
+    the pusher's target x, y (m, workspace [-0.256, 0.256]^2, z up); a PD stage drives the
+    pusher toward it and it moves the block only by touching it. The block position is the
+    middle of the bar's outer edge; yaw rotates the T about it, counter-clockwise. State
+    positions: pusher_x, pusher_y, block_x, block_y, block_z (m), block_yaw (rad). Success:
+    the block covers 95% of the goal T.
+
+    Frames and units are in the module docstring.
 
     Args:
         goal: goal pose ``(x, y, yaw)`` in metres (default Push-T's (256, 256, pi/4)).
@@ -145,6 +153,10 @@ class PushT(Task):
         self.action_high = np.array([WORKSPACE, WORKSPACE])
         self._goal_poly = t_polygon(g)
         self._goal_centroid = to_world(g, CENTROID)
+
+    def description(self) -> str:
+        x, y, yaw = self.goal
+        return f"{super().description()} Goal: block_x = {x:.3f} m, block_y = {y:.3f} m, block_yaw = {yaw:.3f} rad."
 
     # -- geometry ---------------------------------------------------------------------------
 
