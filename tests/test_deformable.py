@@ -1,10 +1,15 @@
 """Deformable tasks (cloth-fold, rope-shape): grasp in the twin state, keypoint -> state, success,
 shifted cloth physics, scripted proposers."""
 
+import json
+
 import mujoco
 import numpy as np
 import pytest
 
+from twinloop.calib import CalibConfig, calibrate
+from twinloop.calib.windows import record_trajectory
+from twinloop.policies.distill_loop import DistillConfig, run_distill
 from twinloop.tasks import make_task
 from twinloop.tasks.cloth_fold import fold
 from twinloop.tasks.rope_shape import LINK, LINKS, u_curve
@@ -192,3 +197,35 @@ def test_ghost_traces_follow_the_gripper_and_the_grasped_point(task):
     assert pts.shape == (1, 61, 1 + len(task.trace_keypoints), 3)
     np.testing.assert_allclose(pts[0, -1, 0], r.qpos[0, 0, -1, 0:3], atol=1e-9)  # the gripper
     np.testing.assert_allclose(pts[0, -1, 1], task.keypoint_positions(r.qpos[0, 0, -1])[task.point_index(task.trace_keypoints[0])], atol=1e-9)
+
+
+def test_the_run_command_compares_base_and_refined_on_a_deformable(tmp_path):
+    from typer.testing import CliRunner
+
+    from twinloop.cli import app
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", "--task", "rope-shape", "--episodes", "1", "-k", "4", "--max-ticks", "3",
+                                   "--no-video", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["controller"] for r in summary["results"]] == ["base", "refined"]
+    assert summary["world"]["params"].keys() == set(make_task("rope-shape").param_space().names)
+    assert sorted(p.name for p in (out / "episodes").iterdir()) == ["base", "refined"]
+
+
+def test_calibration_runs_on_deformable_episodes(rope):
+    world = ShiftedWorld(rope, 2, 0)
+    episodes = [record_trajectory(world, rope.excitation(s), s, 10) for s in range(2)]
+    post = calibrate(rope, episodes, method="cma", config=CalibConfig(max_evals=24, window=3, errors_in_variables=False))
+    space = rope.param_space()
+    assert post.estimate.shape == (len(space),) and np.all(np.isfinite(post.estimate))
+    assert np.all(post.estimate >= space.low) and np.all(post.estimate <= space.high)
+
+
+def test_distillation_runs_on_a_deformable(tmp_path):
+    pytest.importorskip("torch")
+    cfg = DistillConfig(task="rope-shape", world="shifted", collect=1, episodes=1, dagger_episodes=1, rounds=1,
+                        num_samples=4, k_sweep=(), epochs=2, max_ticks=3, out=str(tmp_path / "d"))
+    summary = run_distill(cfg, log=lambda msg: None)
+    assert [r["controller"] for r in summary["results"]] == ["distilled", "distilled+refined", "refined"]

@@ -194,7 +194,7 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
     ctl = Controller(refiner, proposer, refine=True)
     r = run_episode(world, ctl, seed, max_ticks=cfg.max_ticks, record=False, ghosts=ghost_traces(task))
-    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts,
+    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera,
                           fps=int(round(1 / task.control_period)))
 
 
