@@ -81,6 +81,7 @@ class ClothFold(GraspTask):
 
     Args:
         weights: overrides of :attr:`WEIGHTS` by residual name.
+        settle_steps: relaxation steps of the keypoint -> state estimate (0: interpolation alone).
     """
 
     name = "cloth-fold"
@@ -92,10 +93,11 @@ class ClothFold(GraspTask):
     keypoints = KEYPOINTS
     scored = tuple(k for k in KEYPOINTS if k.name in SCORED)
     trace_keypoints = ("corner_a", "mid_ab", "mid_ad")
-    grasp_body = f"cloth_{N * (N - 1)}"  # corner a
+    grasp_body = f"cloth_{N * (N - 1)}"
+    grasp_point = "corner_a"
 
-    def __init__(self, weights: dict | None = None):
-        super().__init__(weights)
+    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+        super().__init__(weights, settle_steps)
         self.action_low = np.array([-0.3, -0.3, 0.005, 0.0])
         self.action_high = np.array([0.3, 0.3, 0.3, 1.0])
         m = self.model
@@ -149,4 +151,5 @@ class ClothFold(GraspTask):
     def default_proposer(self) -> SwingScript:
         """Swing corner a onto corner c (:class:`~twinloop.tasks.deformable.SwingScript`) with
         :data:`FOLD`."""
-        return SwingScript(self, self.point_index("corner_a"), self.rest[N * (N - 1)], self.goal_of("corner_a"), FOLD)
+        a = self.grasp_point
+        return SwingScript(self, self.point_index(a), self.rest[N * (N - 1)], self.goal_of(a), FOLD)

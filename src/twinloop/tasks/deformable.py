@@ -49,8 +49,9 @@ class GraspTask(Task):
     Subclass attributes: ``keypoints`` (observed, in order), ``scored`` (points scored against
     ``goal``, an ``(n, 3)`` array set in ``__init__``; a name shared with a keypoint is the same
     point), ``trace_keypoints`` (names of points drawn as ghost paths), ``grasp_body`` and
-    ``grasp_offset`` (the grasped point), ``tolerance`` (m); method ``guess(points, velocities)
-    -> (qpos, qvel)`` (the estimator's interpolation).
+    ``grasp_offset`` (where the grasp pulls), ``grasp_point`` (the observed keypoint there),
+    ``tolerance`` (m); method ``guess(points, velocities) -> (qpos, qvel)`` (the estimator's
+    interpolation).
     """
 
     camera = "overview"
@@ -59,13 +60,16 @@ class GraspTask(Task):
     trace_keypoints: tuple[str, ...] = ()
     grasp_body: str = ""
     grasp_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    grasp_point: str = ""
     tolerance = 0.02
     landed = 0.01  # scored keypoints at most this high (m): the object lies on the table
-    settle_steps = 10
     goal: np.ndarray
     WEIGHTS = {"keypoints": 1.0, "final_keypoints": 3.0, "hold": 1.0, "release": 0.5, "effort": 0.02}
 
-    def __init__(self, weights: dict | None = None):
+    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+        if isinstance(settle_steps, bool) or not isinstance(settle_steps, int) or settle_steps < 0:
+            raise TwinloopError(f"settle_steps must be an integer >= 0, got {settle_steps!r}")
+        self.settle_steps = settle_steps
         unknown = sorted(set(weights or {}) - set(self.WEIGHTS))
         if unknown:
             raise TwinloopError(f"unknown {self.name} cost term(s) {unknown}; terms: {', '.join(self.WEIGHTS)}")
@@ -283,7 +287,7 @@ class GraspTask(Task):
         rng = np.random.default_rng([seed, 7])
         lo, hi = self.action_low, self.action_high
         mem: dict = {}
-        grasped = [k.name for k in self.keypoints].index(self.trace_keypoints[0])  # observed
+        grasped = [k.name for k in self.keypoints].index(self.grasp_point)
 
         def f(obs, k):
             g, _, _, pts, _ = self.split_obs(obs)

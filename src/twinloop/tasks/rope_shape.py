@@ -67,6 +67,7 @@ class RopeShape(GraspTask):
 
     Args:
         weights: overrides of :attr:`WEIGHTS` by residual name.
+        settle_steps: relaxation steps of the keypoint -> state estimate (0: interpolation alone).
     """
 
     name = "rope-shape"
@@ -80,9 +81,10 @@ class RopeShape(GraspTask):
     trace_keypoints = ("p8", "p6", "p4")
     grasp_body = f"rope_{LINKS - 1}"
     grasp_offset = (LINK, 0.0, 0.0)
+    grasp_point = f"p{LINKS}"
 
-    def __init__(self, weights: dict | None = None):
-        super().__init__(weights)
+    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+        super().__init__(weights, settle_steps)
         self.action_low = np.array([-0.3, -0.3, 0.005, 0.0])
         self.action_high = np.array([0.3, 0.3, 0.3, 1.0])
         m = self.model
@@ -158,4 +160,4 @@ class RopeShape(GraspTask):
         """Carry the free end over onto its place (:class:`~twinloop.tasks.deformable.SwingScript`)
         with :data:`SWING`."""
         start = np.array([START[0] + LENGTH, START[1], RADIUS])
-        return SwingScript(self, self.point_index(f"p{LINKS}"), start, self.goal_of(f"p{LINKS}"), SWING)
+        return SwingScript(self, self.point_index(self.grasp_point), start, self.goal_of(self.grasp_point), SWING)
