@@ -3,7 +3,7 @@
 Three tables (2 rollout threads, the machine's cores):
 
 1. steps/s in ``mujoco.rollout`` (K=32 candidates x 1 s) for the cloth-fold scene at 5x5 (the
-   task's), 7x7 and 9x9 towels, and for the rope as the task's capsule chain vs a 1D flex
+   task's), 7x7 and 9x9 towels and 5x5 with self-collision, and for the rope as the task's capsule chain vs a 1D flex
    string of the same length and vertex count (edge constraints, no bending: a flex rod with
    bending keeps state outside ``[qpos, qvel, act]``);
 2. refine rate (refine calls per second, MPPI, 1 s horizon) at K = 16, 32, 64 for both tasks,
@@ -62,11 +62,13 @@ ROPE_FLEX = """
 """
 
 
-def cloth_variant(n: int) -> mujoco.MjModel:
-    """The cloth-fold scene with an n x n towel of the same 30 cm size."""
+def cloth_variant(n: int, selfcollide: bool = False) -> mujoco.MjModel:
+    """The cloth-fold scene with an n x n towel of the same 30 cm size (and self-collision)."""
     xml = ClothFold().xml_path.read_text()
     sp = 0.3 / (n - 1)
     xml = xml.replace('count="5 5 1" spacing="0.075 0.075 0.075"', f'count="{n} {n} 1" spacing="{sp} {sp} {sp}"')
+    if selfcollide:
+        xml = xml.replace('selfcollide="none"', 'selfcollide="auto"')
     spec = mujoco.MjSpec.from_string(xml)
     spec.body(f"cloth_{n * (n - 1)}").add_site(name="grasp_target")
     return spec.compile()
@@ -171,6 +173,7 @@ def main() -> None:
     print("| scene | nq | nv | steps/s | K=32 x 1 s rollout (s) |")
     print("|---|---|---|---|---|")
     scenes = [(f"cloth {n}x{n}" + (" (task)" if n == 5 else ""), cloth_variant(n)) for n in (5, 7, 9)]
+    scenes.append(("cloth 5x5, self-collision on", cloth_variant(5, selfcollide=True)))
     scenes += [("rope: capsule chain (task)", make_task("rope-shape").model), ("rope: 1D flex string", rope_flex())]
     for label, m in scenes:
         sps = steps_per_second(m, repeats=2 if args.quick else 3)
