@@ -220,7 +220,7 @@ def test_posterior_survives_a_json_round_trip(task, space, excited):
 
 
 def test_foreign_lerobot_parquet_calibrates_through_a_column_map(task, space, excited, tmp_path):
-    from twinloop.data.episodes import load_lerobot
+    from twinloop.data import load_lerobot
 
     rows = []
     for tr in excited:

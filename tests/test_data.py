@@ -9,7 +9,7 @@ import pytest
 
 from twinloop.control import TickInfo
 from twinloop.data import Dataset, EpisodeRecorder, load_lerobot
-from twinloop.data import episodes as episodes_module
+from twinloop.data import dataset as dataset_module
 from twinloop.errors import TwinloopError
 
 NQ, NV, NOBS, NU = 3, 3, 4, 2
@@ -175,7 +175,7 @@ def test_crash_after_temp_file_is_written_leaves_no_partial_file_and_keeps_earli
         real(table, where, *a, **kw)
         raise OSError("disk yanked")
 
-    monkeypatch.setattr(episodes_module.pq, "write_table", write_then_crash)
+    monkeypatch.setattr(dataset_module.pq, "write_table", write_then_crash)
     with pytest.raises(OSError, match="disk yanked"):
         ds.write(record(ep=1, seed=1)[0])
     monkeypatch.undo()
@@ -206,7 +206,7 @@ def test_create_needs_fps_and_refuses_an_existing_dataset(tmp_path):
     Dataset.create(tmp_path / "b", INFO)
     with pytest.raises(TwinloopError, match="already exists"):
         Dataset.create(tmp_path / "b", INFO)
-    assert len(Dataset.create(tmp_path / "b", INFO, exist_ok=True)) == 0
+    assert len(Dataset.create(tmp_path / "b", INFO, mode="resume")) == 0
 
 
 def test_opening_a_folder_without_a_dataset_fails_clearly(tmp_path):

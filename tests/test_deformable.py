@@ -9,7 +9,9 @@ import pytest
 
 from twinloop.calib import CalibConfig, calibrate
 from twinloop.calib.windows import record_trajectory
-from twinloop.policies.distill_loop import DistillConfig, run_distill
+from twinloop.control import RefinerConfig
+from twinloop.policies.distilled import PolicyConfig
+from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import make_task
 from twinloop.tasks.cloth_fold import fold
 from twinloop.tasks.rope_shape import LINK, LINKS, u_curve
@@ -226,6 +228,7 @@ def test_calibration_runs_on_deformable_episodes(rope):
 def test_distillation_runs_on_a_deformable(tmp_path):
     pytest.importorskip("torch")
     cfg = DistillConfig(task="rope-shape", world="shifted", collect=1, episodes=1, dagger_episodes=1, rounds=1,
-                        num_samples=4, k_sweep=(), epochs=2, max_ticks=3, out=str(tmp_path / "d"))
+                        refiner=RefinerConfig(num_samples=4), k_sweep=(), policy=PolicyConfig(epochs=2),
+                        max_ticks=3, out=str(tmp_path / "d"))
     summary = run_distill(cfg, log=lambda msg: None)
     assert [r["controller"] for r in summary["results"]] == ["distilled", "distilled+refined", "refined"]

@@ -135,5 +135,5 @@ def test_a_list_of_models_runs_one_particle_each(task, twin):
     by_values = twin.rollout(s, u, params=np.array([space.nominal, [0.5, 2.5, 0.05]]))
     np.testing.assert_allclose(by_list.qpos, by_values.qpos, atol=1e-12)
     other = mujoco.MjModel.from_xml_string("<mujoco><worldbody/></mujoco>")
-    with pytest.raises(TwinloopError, match="not a model of the same scene"):
+    with pytest.raises(TwinloopError, match="not a model of the twin.s scene"):
         twin.rollout(s, u, params=[task.model, other])

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 
 _ADDRESS = re.compile(r"^(geom|body|dof|jnt|actuator|flex):([^/]+)/([a-z_0-9]+)(?:\[(\d+)\])?$")
 _OBJ = {
@@ -90,17 +90,25 @@ class Param:
     prior_std: float | None = None
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TwinloopError(f"a param name must be a non-empty string, got {self.name!r}")
         if isinstance(self.targets, str):
             object.__setattr__(self, "targets", (self.targets,))
-        if not self.targets:
-            raise TwinloopError(f"param {self.name!r} has no targets")
+        if not isinstance(self.targets, (tuple, list)) or not self.targets:
+            raise TwinloopError(f"param {self.name!r} needs a target address or a tuple of them, got {self.targets!r}")
+        object.__setattr__(self, "targets", tuple(self.targets))
+        for k in ("low", "high", "nominal"):
+            object.__setattr__(self, k, number(getattr(self, k), f"param {self.name!r}: {k}"))
+        if self.prior_std is not None:  # NaN here would make every prior sample NaN
+            object.__setattr__(self, "prior_std", number(self.prior_std, f"param {self.name!r}: prior_std",
+                                                         low=0, low_open=True))
         for t in self.targets:
-            if not _ADDRESS.match(t):
+            if not isinstance(t, str) or not _ADDRESS.match(t):
                 raise TwinloopError(
                     f"param {self.name!r}: cannot parse address {t!r}; expected KIND:NAME/FIELD[i] "
                     f"with KIND one of {', '.join(_OBJ)}"
                 )
-        if not (np.isfinite(self.low) and np.isfinite(self.high) and self.low < self.high):
+        if not self.low < self.high:
             raise TwinloopError(f"param {self.name!r}: need finite low < high, got [{self.low}, {self.high}]")
         if not self.low <= self.nominal <= self.high:
             raise TwinloopError(f"param {self.name!r}: nominal {self.nominal} outside [{self.low}, {self.high}]")
@@ -127,6 +135,9 @@ class ParamSpace:
 
     def __post_init__(self):
         object.__setattr__(self, "params", tuple(self.params))
+        for i, p in enumerate(self.params):
+            if not isinstance(p, Param):
+                raise TwinloopError(f"ParamSpace takes Param objects; params[{i}] is a {type(p).__name__}")
         names = [p.name for p in self.params]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -186,10 +197,17 @@ class ParamSpace:
 
     def sample_prior(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``(n, len(self))`` draws from the Gaussian prior, clipped to the bounds."""
+        if not isinstance(rng, np.random.Generator):
+            raise TwinloopError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        n = number(n, "n", low=1, integer=True)
         x = self.nominal + rng.standard_normal((n, len(self))) * self.prior_std
         return np.clip(x, self.low, self.high)
 
     # -- model access ----------------------------------------------------------------------
+
+    def check_model(self, model: mujoco.MjModel) -> None:
+        """Raise if any address does not exist in ``model`` (checked before any rollout)."""
+        self._slots(model)
 
     def _slots(self, model: mujoco.MjModel) -> list[list[_Slot]]:
         out = []

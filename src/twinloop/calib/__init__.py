@@ -1,4 +1,5 @@
-"""Calibration and the Real-Sim-Real loop: fit the twin, measure the gap, collect where it is unsure.
+"""Calibration: fit the twin, measure the gap, find where it is unsure (the Real-Sim-Real loop
+that composes these lives in :mod:`twinloop.run.rsr`).
 
 - :func:`calibrate` (``fit.py``): fit a ParamSpace to recorded episodes by multiple shooting
   (``windows.py``); least squares (``mujoco.minimize``), CMA-ES (``cma``) or MJX gradients;
@@ -6,13 +7,11 @@
 - :func:`gap` (``gap.py``): Gaussian KL, MMD, sliced Wasserstein between world and twin
   transitions, with bootstrap intervals.
 - :func:`infogap_cost` (``infogap.py``): a refiner cost term rewarding informative actions.
-- :func:`run_rsr` (``rsr.py``): collect -> calibrate -> evaluate, resumable.
 """
 
 from twinloop.calib.fit import METHODS, CalibConfig, Posterior, calibrate, recovery_error
 from twinloop.calib.gap import METRICS, Gap, GapConfig, divergence, gap, gaps, transitions
 from twinloop.calib.infogap import infogap_cost, information_gain, observed_qpos
-from twinloop.calib.rsr import RSRConfig, RSRLoop, RSRResult, rsr_table, run_rsr
 from twinloop.calib.windows import (
     StateError,
     Trajectory,
@@ -24,8 +23,8 @@ from twinloop.calib.windows import (
 )
 
 __all__ = [
-    "METHODS", "METRICS", "CalibConfig", "Gap", "GapConfig", "Posterior", "RSRConfig", "RSRLoop", "RSRResult",
+    "METHODS", "METRICS", "CalibConfig", "Gap", "GapConfig", "Posterior",
     "StateError", "Trajectory", "Windows", "as_trajectories", "calibrate", "divergence", "free_starts", "gap",
     "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "record_trajectory",
-    "recovery_error", "rsr_table", "run_rsr", "transitions",
+    "recovery_error", "transitions",
 ]

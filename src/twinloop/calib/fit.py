@@ -54,12 +54,12 @@ from twinloop.calib.windows import (
     split_episodes,
     window_rollout_states,
 )
-from twinloop.errors import TwinloopError, choose
+from twinloop.errors import TwinloopError, choose, number
 from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
+from twinloop.twin.base import check_twin_scene
 
 METHODS = ("least_squares", "cma", "mjx")
-_SANDWICH = True
 _BAD = 1e3  # residual per component of an unstable rollout (in error units): huge but finite
 
 
@@ -127,18 +127,31 @@ class CalibConfig:
 
     def __post_init__(self):
         choose("calibration method", self.method, METHODS)
-        if self.window < 1:
-            raise TwinloopError(f"window must be >= 1 tick, got {self.window}")
-        if self.delay_steps is not None and self.delay_steps < 0:
-            raise TwinloopError(f"delay_steps must be >= 0 or None (estimate), got {self.delay_steps}")
-        if self.max_evals < 2:
-            raise TwinloopError(f"max_evals must be >= 2, got {self.max_evals}")
-        if self.particles < 1:
-            raise TwinloopError(f"particles must be >= 1, got {self.particles}")
-        if not 0 < self.cma_sigma <= 1:
-            raise TwinloopError(f"cma_sigma must be in (0, 1] (fraction of the bound width), got {self.cma_sigma}")
-        if not 0 <= self.holdout_fraction < 1:
-            raise TwinloopError(f"holdout_fraction must be in [0, 1), got {self.holdout_fraction}")
+        ints = {"window": 1, "max_delay_steps": 0, "max_evals": 2, "max_iter": 1, "particles": 1, "seed": 0}
+        for k, low in ints.items():
+            object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
+        for k, low in (("stride", 1), ("delay_steps", 0), ("cma_popsize", 2)):
+            if getattr(self, k) is not None:
+                object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
+        if self.start_clearance is not None:
+            object.__setattr__(self, "start_clearance", number(self.start_clearance, "start_clearance (m)",
+                                                               low=0, low_open=True))
+        for k in ("pos_scale", "angle_scale", "vel_scale", "max_rel_width"):
+            object.__setattr__(self, k, number(getattr(self, k), k, low=0, low_open=True))
+        # a zero step divides by zero in every slope and curvature; beyond a few prior stds
+        # the "local" fit is not local any more
+        object.__setattr__(self, "jac_step", number(self.jac_step, "jac_step (prior stds)", low=0, high=10,
+                                                    low_open=True))
+        object.__setattr__(self, "cma_sigma", number(self.cma_sigma, "cma_sigma (fraction of the bound width)",
+                                                     low=0, high=1, low_open=True))
+        object.__setattr__(self, "holdout_fraction", number(self.holdout_fraction, "holdout_fraction",
+                                                            low=0, high=1, high_open=True))
+        object.__setattr__(self, "max_corr", number(self.max_corr, "max_corr", low=0, high=1, low_open=True))
+        object.__setattr__(self, "null_tol", number(self.null_tol, "null_tol", low=0, high=1, low_open=True,
+                                                    high_open=True))
+        for k in ("use_velocity", "errors_in_variables"):
+            if not isinstance(getattr(self, k), (bool, np.bool_)):
+                raise TwinloopError(f"{k} must be True or False, got {getattr(self, k)!r}")
 
 
 @dataclass
@@ -150,8 +163,10 @@ class Posterior:
         estimate: ``(n,)`` best fit ``x*``.
         covariance: ``(n, n)`` posterior covariance (data Laplace approximation + prior).
         interval: ``(n, 2)`` 95% posterior interval, clipped to the bounds.
-        data_std: ``(n,)`` standard deviation from the data alone (``inf``: not constrained).
-        correlation: ``(n, n)`` data-only correlation of the estimates.
+        data_std: ``(n,)`` standard deviation from the data alone (``inf``: not constrained,
+            or only beyond a thousand times the bound width).
+        correlation: ``(n, n)`` data-only correlation of the estimates, within [-1, 1];
+            ``nan`` where undefined (a parameter along which the curvature is flat or negative).
         identifiable: ``(n,)`` False = NOT IDENTIFIABLE from these data.
         reasons: per parameter, why it is not identifiable (empty when it is).
         confounded: pairs ``(name_a, name_b, correlation)`` beyond ``max_corr``.
@@ -316,6 +331,7 @@ class WindowProblem:
     def __init__(self, task: Task, twin, windows: Sequence[Windows], error: StateError, delay: int = 0):
         if not hasattr(twin, "rollout_many"):
             raise TwinloopError(f"twin {type(twin).__name__} has no rollout_many; calibration needs a batched twin")
+        check_twin_scene(twin, task.model, task.name)
         self.task, self.twin, self.windows, self.error = task, twin, list(windows), error
         self.delay = int(delay)
         self.substeps = task.substeps
@@ -686,26 +702,32 @@ def _laplace(H: np.ndarray, G: np.ndarray, rough: float, s2: float, scale: np.nd
     """
     n = len(H)
     lam, V = np.linalg.eigh((H + H.T) / 2)
-    lam_max = max(float(lam.max()), 1e-300)
-    null = lam <= cfg.null_tol * lam_max
+    lam_max = float(lam.max())
+    # a direction without clearly positive curvature (flat, or curving down: x* is no minimum
+    # along it) is not constrained by the data; with no positive curvature at all, none is
+    null = lam <= cfg.null_tol * lam_max if lam_max > 0 else np.ones(n, bool)
     inv_lam = np.where(null, 0.0, 1.0 / np.where(null, 1.0, lam))
     Hinv = (V * inv_lam) @ V.T
-    C = s2 * Hinv
+    C = (s2 + rough) * Hinv
     n_win = len(G)
-    if n_win >= 4 * n and not null.any() and _SANDWICH:
+    if n_win >= 4 * n and not null.any():
         # each window's own gradient varies with its noise *and* its contact roughness, so
-        # the sandwich already carries the roughness; without enough windows, allow for it
-        C = Hinv @ (G.T @ G) @ Hinv * n_win / max(n_win - n, 1)
-    else:
-        C = C + rough * Hinv
+        # the sandwich already carries the roughness; without enough windows, allow for it.
+        # A sandwich with a (near) zero direction would claim a perfectly determined
+        # combination: keep the curvature-based C then.
+        S = Hinv @ (G.T @ G) @ Hinv * n_win / max(n_win - n, 1)
+        ls = np.linalg.eigvalsh((S + S.T) / 2)
+        if ls.min() > 1e-12 * ls.max():
+            C = S
     factors = np.ones(n)
     # variance along unconstrained directions is unbounded
+    loads_null = (V[:, null] ** 2).sum(axis=1) > 1e-6
     var = np.diag(C).copy()
-    var[(V[:, null] ** 2).sum(axis=1) > 1e-6] = np.inf
+    var[loads_null] = np.inf
     prior_prec = np.diag((scale / space.prior_std) ** 2)
     if not null.any() and profile is not None:
         lc, Vc = np.linalg.eigh((C + C.T) / 2)
-        lc = np.maximum(lc, 1e-300)
+        lc = np.maximum(lc, 1e-12 * lc.max())  # C is positive definite here; guard rounding only
         factors = profile(Vc, lc)
         flat = ~np.isfinite(factors)
         C = (Vc * (lc * np.where(flat, _FLAT, factors) ** 2)) @ Vc.T  # finite stand-in for flat
@@ -717,15 +739,31 @@ def _laplace(H: np.ndarray, G: np.ndarray, rough: float, s2: float, scale: np.nd
     else:
         prec = (V * np.where(null, 0.0, lam / (s2 + rough))) @ V.T
     data_std = np.sqrt(var) * scale
-    # posterior with the prior N(nominal, prior_std^2), i.e. precision 1/h^2 in scaled units
+    # posterior with the prior N(nominal, prior_std^2), i.e. precision 1/h^2 in scaled units:
+    # along what the data do not constrain it is the prior, never a number from the curvature
     post = np.linalg.inv(prec + prior_prec)
     cov = post * np.outer(scale, scale)
-    Cr = C if not null.any() else np.linalg.inv(H + 1e-9 * lam_max * np.eye(n)) * s2
-    sd = np.sqrt(np.maximum(np.diag(Cr), 1e-300))
-    corr = Cr / np.outer(sd, sd)
-    np.fill_diagonal(corr, 1.0)
+    corr = _correlation(C if not null.any() else s2 * np.linalg.inv(H) if (lam > 0).all() else C,
+                        undefined=loads_null & ~(lam > 0).all())
     sv = np.sqrt(np.maximum(lam[::-1], 0.0))
     return cov, data_std, corr, null, V, sv, C, factors
+
+
+def _correlation(C: np.ndarray, undefined: np.ndarray) -> np.ndarray:
+    """``(n, n)`` correlation of a covariance, within [-1, 1]; ``nan`` (undefined) in the rows
+    and columns of ``undefined`` parameters and where a variance is not positive.
+
+    With a positive definite curvature whose smallest eigenvalue is merely tiny, ``H^-1``
+    still gives the meaningful near +-1 of a combination the data fix; with a curvature that
+    is flat or negative along some direction, no correlation involving it exists."""
+    d = np.diag(C).copy()
+    bad = undefined | ~(d > 0) | ~np.isfinite(d)
+    sd = np.sqrt(np.where(bad, 1.0, d))
+    corr = np.clip(C / np.outer(sd, sd), -1.0, 1.0)
+    np.fill_diagonal(corr, 1.0)
+    corr[bad, :] = np.nan
+    corr[:, bad] = np.nan
+    return corr
 
 
 _FLAT = 1e3  # widening that stands in for "flat as far as the profile check looked"
@@ -943,6 +981,8 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     dirs, dir_std = _log_directions(x, H, C_u, null, scale, s2)
     dir_std = np.where(dir_std > 0.1 * _FLAT, np.inf, dir_std)  # the stand-in for a flat direction
     ok, reasons, confounded = _identifiability(x, data_std, corr, null, V, space, cfg)
+    # a data-only std a thousand times the bound width says "unconstrained", not a number
+    data_std = np.where(data_std > 1e3 * (space.high - space.low), np.inf, data_std)
     sd = np.sqrt(np.diag(cov))
     interval = np.stack([np.maximum(x - 1.96 * sd, space.low), np.minimum(x + 1.96 * sd, space.high)], axis=1)
     particles = _sample(x, cov, space, cfg.particles, cfg.seed)

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from twinloop.calib.windows import StateError, as_trajectories, make_windows, window_rollout_states
-from twinloop.errors import TwinloopError, choose
+from twinloop.errors import TwinloopError, choose, number
 from twinloop.tasks.base import Task
+from twinloop.twin.base import check_twin_scene
 
 METRICS = ("kl", "mmd", "swd")
 
@@ -62,14 +63,13 @@ class GapConfig:
 
     def __post_init__(self):
         choose("gap metric", self.metric, METRICS)
-        if self.n_boot < 1:
-            raise TwinloopError(f"n_boot must be >= 1, got {self.n_boot}")
-        if not 0 < self.level < 1:
-            raise TwinloopError(f"level must be in (0, 1), got {self.level}")
-        if self.max_samples < 4:
-            raise TwinloopError(f"max_samples must be >= 4, got {self.max_samples}")
-        if self.n_projections < 1:
-            raise TwinloopError(f"n_projections must be >= 1, got {self.n_projections}")
+        for k, low in (("n_boot", 1), ("max_samples", 4), ("n_projections", 1), ("seed", 0)):
+            object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
+        object.__setattr__(self, "level", number(self.level, "level", low=0, high=1, low_open=True, high_open=True))
+        # the ridge keeps the Gaussian KL's covariances invertible (0: only where the data do)
+        object.__setattr__(self, "ridge", number(self.ridge, "ridge", low=0))
+        if not isinstance(self.use_velocity, (bool, np.bool_)):
+            raise TwinloopError(f"use_velocity must be True or False, got {self.use_velocity!r}")
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,18 @@ def gaussian_kl(X: np.ndarray, Y: np.ndarray, ridge: float = 1e-2) -> float:
     mx, my = X.mean(0), Y.mean(0)
     Sx = np.atleast_2d(np.cov(X, rowvar=False)) + ridge * np.eye(d)
     Sy = np.atleast_2d(np.cov(Y, rowvar=False)) + ridge * np.eye(d)
-    Ly = np.linalg.cholesky(Sy)
+    sign, logdet_x = np.linalg.slogdet(Sx)
+    try:
+        Ly = np.linalg.cholesky(Sy)
+    except np.linalg.LinAlgError:
+        sign = 0.0
+    if sign <= 0:
+        raise TwinloopError(f"a transition covariance is singular at ridge={ridge:g} (a component that does not "
+                            "vary); use ridge > 0")
     a = np.linalg.solve(Ly, Sx)
     tr = np.trace(np.linalg.solve(Ly.T, a))
     dm = np.linalg.solve(Ly, my - mx)
-    logdet = 2 * np.log(np.diag(Ly)).sum() - np.linalg.slogdet(Sx)[1]
+    logdet = 2 * np.log(np.diag(Ly)).sum() - logdet_x
     return float(0.5 * (tr + dm @ dm - d + logdet))
 
 
@@ -222,6 +229,7 @@ def transitions(task: Task, episodes: Sequence, params=None, *, twin=None, space
         from twinloop.twin import make_twin
 
         twin = make_twin("mujoco", task.model, space)
+    check_twin_scene(twin, task.model, task.name)
     err = StateError.for_task(task, trajs, use_velocity=use_velocity)
     X, Y = [], []
     p = None if params is None else np.atleast_2d(space.check(np.asarray(params, dtype=float)))

@@ -45,16 +45,40 @@ class Trajectory:
         return len(self.actions)
 
 
+def _state_label(model: mujoco.MjModel, j: int) -> str:
+    """``qpos[3] (joint block_y)``-style name of twin state component ``j``."""
+    for part, size, adr in (("qpos", model.nq, model.jnt_qposadr), ("qvel", model.nv, model.jnt_dofadr)):
+        if j < size:
+            jnt = int(np.searchsorted(adr, j, side="right")) - 1
+            name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, jnt) if jnt >= 0 else None
+            return f"{part}[{j}]" + (f" (joint {name})" if name else "")
+        j -= size
+    return f"act[{j}]"
+
+
+def _refuse_nonfinite(task: Task, states: np.ndarray, actions: np.ndarray, index: int) -> None:
+    """Non-finite recorded data are refused, never skipped: a NaN would otherwise make its
+    state component look unmeasured and silently drop it from the whole fit."""
+    for what, arr in (("twin state", states), ("action", actions)):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            k, j = (int(i) for i in np.argwhere(bad)[0])
+            comp = _state_label(task.model, j) if what == "twin state" else f"action[{j}]"
+            raise TwinloopError(
+                f"episode {index}: the {what} at frame {k} is {arr[k, j]} in {comp} ({int(bad.any(axis=1).sum())} "
+                f"frame(s) non-finite); calibration and gap metrics refuse non-finite data: drop or repair those frames")
+
+
 def _episode_states(task: Task, ep) -> np.ndarray:
     m = task.model
     if getattr(ep, "states", None) is not None:
-        return as_array(ep.states, "episode states", (None, task.nstate))
+        return as_array(ep.states, "episode states", (None, task.nstate), finite=False)
     qpos, qvel = getattr(ep, "qpos", None), getattr(ep, "qvel", None)
     if qpos is not None and qvel is not None:
-        qpos = as_array(qpos, "episode qpos", (None, m.nq))
-        qvel = as_array(qvel, "episode qvel", (len(qpos), m.nv))
+        qpos = as_array(qpos, "episode qpos", (None, m.nq), finite=False)
+        qvel = as_array(qvel, "episode qvel", (len(qpos), m.nv), finite=False)
         act = getattr(ep, "act", None)
-        act = np.zeros((len(qpos), m.na)) if act is None else as_array(act, "episode act", (len(qpos), m.na))
+        act = np.zeros((len(qpos), m.na)) if act is None else as_array(act, "episode act", (len(qpos), m.na), finite=False)
         return np.concatenate([qpos, qvel, act], axis=1)
     obs = getattr(ep, "obs", None)
     if obs is None:
@@ -75,13 +99,18 @@ def as_trajectories(task: Task, episodes: Sequence) -> list[Trajectory]:
     if len(episodes) == 0:
         raise TwinloopError("no episodes given: calibration needs at least one recorded episode")
     out: list[Trajectory] = []
+    off_period: list[float] = []  # time steps that did not match the control period
     for i, ep in enumerate(episodes):
         if isinstance(ep, Trajectory):
+            as_array(ep.states, f"episode {ep.index} states", (ep.ticks + 1, task.nstate), finite=False)
+            as_array(ep.actions, f"episode {ep.index} actions", (None, task.nu), finite=False)
+            _refuse_nonfinite(task, ep.states, ep.actions, ep.index)
             out.append(ep)
             continue
         index = int(getattr(ep, "index", getattr(ep, "episode_index", i)))
         states = _episode_states(task, ep)
-        actions = as_array(getattr(ep, "actions", None), f"episode {index} actions", (None, task.nu))
+        actions = as_array(getattr(ep, "actions", None), f"episode {index} actions", (None, task.nu), finite=False)
+        _refuse_nonfinite(task, states, actions, index)
         if len(states) == len(actions):
             actions = actions[:-1]
         if len(states) != len(actions) + 1:
@@ -89,13 +118,26 @@ def as_trajectories(task: Task, episodes: Sequence) -> list[Trajectory]:
         valid = np.ones(len(actions), bool)
         ts = getattr(ep, "timestamps", None)
         if ts is not None and len(ts) >= len(states):
-            dt = np.diff(np.asarray(ts, dtype=float)[: len(states)])
-            valid &= np.abs(dt - task.control_period) <= 0.5 * task.control_period
+            ts = as_array(ts, f"episode {index} timestamps", (None,), finite=False)[: len(states)]
+            if not np.isfinite(ts).all():
+                k = int(np.argmin(np.isfinite(ts)))
+                raise TwinloopError(f"episode {index}: timestamp at frame {k} is {ts[k]}; calibration refuses "
+                                    "non-finite data")
+            dt = np.diff(ts)
+            on_period = np.abs(dt - task.control_period) <= 0.5 * task.control_period
+            off_period += dt[~on_period].tolist()
+            valid &= on_period
         # runs of valid transitions [a, b): states a..b, actions a..b-1
         edges = np.flatnonzero(np.diff(np.concatenate([[0], valid.astype(int), [0]])))
         for a, b in zip(edges[::2], edges[1::2], strict=True):
             out.append(Trajectory(states[a : b + 1], actions[a:b], index))
     if not out:
+        if off_period:
+            raise TwinloopError(
+                f"the episodes hold no transitions: their timestamps step by {np.median(off_period):g} s (median) but "
+                f"task {task.name!r} acts every {task.control_period:g} s, so every transition was dropped as a gap. "
+                f"The recording world reported the wrong period (a gymnasium env's dt can be its physics substep: "
+                f"give GymWorld control_period=), or the data belongs to another task")
         raise TwinloopError("the episodes hold no transitions (each needs at least two states)")
     return out
 

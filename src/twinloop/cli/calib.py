@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -11,13 +11,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from twinloop.calib.fit import METHODS, CalibConfig
 from twinloop.calib.fit import calibrate as fit
 from twinloop.calib.gap import METRICS
-from twinloop.calib.rsr import RSRConfig, RSRLoop, rsr_table
-from twinloop.cli.common import console, guard, one_of, progress_bar
-from twinloop.data.episodes import Dataset, load_lerobot
-from twinloop.errors import TwinloopError
-from twinloop.io import write_json
+from twinloop.cli.common import console, executor_options, guard, one_of, progress_bar
+from twinloop.data import Dataset, load_lerobot
+from twinloop.errors import TwinloopError, number
+from twinloop.io import out_mode, output_folder, write_json
 from twinloop.plan import OPTIMIZERS
 from twinloop.policies import PROPOSERS
+from twinloop.run.executor import EXECUTORS
+from twinloop.run.rsr import RSRConfig, RSRLoop, rsr_table
 from twinloop.tasks import TASKS, make_task
 
 
@@ -37,18 +38,31 @@ def parse_column_map(text: str) -> dict[str, str | None]:
     return out
 
 
-def load_episodes(task, dataset: str, lerobot: bool, column_map: str, fps: float):
-    """Episodes from a twinloop dataset folder, or foreign LeRobot Parquet with a column map."""
+def load_episodes(task: str | None, dataset: str, lerobot: bool, column_map: str, fps: float):
+    """Episodes from a twinloop dataset folder, or foreign LeRobot Parquet with a column map.
+
+    Returns ``(task, episodes, world)``. A twinloop dataset names the task it was recorded on:
+    ``task`` may be ``None`` (use it) but must not contradict it; foreign data need ``task``.
+    """
     if not Path(dataset).exists():
         raise TwinloopError(f"no such dataset: {dataset}")
     if lerobot or column_map:
-        eps = load_lerobot(dataset, parse_column_map(column_map), fps=fps or 1.0 / task.control_period)
-        world = {"world": "lerobot", "source": str(dataset)}
-    else:
-        ds = Dataset(dataset)
-        eps = ds.episodes()
-        world = ds.info.get("twinloop", {}).get("world", {"world": "dataset", "source": str(dataset)})
-    return eps, world
+        if task is None:
+            raise TwinloopError("--task is required for foreign LeRobot data (it does not name a twinloop task)")
+        t = make_task(task)
+        fps = 1.0 / t.control_period if fps == 0 else number(fps, "--fps", low=0, low_open=True)
+        eps = load_lerobot(dataset, parse_column_map(column_map), fps=fps)
+        return t, eps, {"world": "lerobot", "source": str(dataset)}
+    ds = Dataset(dataset)
+    recorded = ds.info.get("twinloop", {}).get("task")
+    if task is not None and recorded and recorded != task:
+        raise TwinloopError(f"dataset {dataset} was recorded on task {recorded!r}, not {task!r}; "
+                            "drop --task or pass the dataset's task")
+    if task is None and not recorded:
+        raise TwinloopError(f"dataset {dataset} does not name its task; pass --task")
+    t = make_task(task or recorded)
+    world = ds.info.get("twinloop", {}).get("world", {"world": "dataset", "source": str(dataset)})
+    return t, ds.episodes(), world
 
 
 c = CalibConfig()  # defaults shown by the options below
@@ -58,7 +72,7 @@ r = RSRConfig()
 @guard
 def calibrate(
     dataset: str = typer.Argument(..., help="A twinloop dataset folder, or LeRobot Parquet (with --lerobot)."),
-    task: str = typer.Option("block-push", help=one_of(TASKS, "Task the episodes were recorded on:")),
+    task: str = typer.Option(None, help=one_of(TASKS, "Task the episodes were recorded on (default: the dataset's own; needed for --lerobot):")),
     method: str = typer.Option(c.method, help=one_of(METHODS)),
     params: str = typer.Option("", help="Parameters to fit, comma-separated (default: the task's space)."),
     window: int = typer.Option(c.window, help="Multiple-shooting window (control ticks)."),
@@ -73,20 +87,21 @@ def calibrate(
     column_map: str = typer.Option("", help="LeRobot columns, e.g. 'obs=observation.state,action=action'."),
     fps: float = typer.Option(0.0, help="Frames per second of LeRobot data without timestamps (0: the task's)."),
     seed: int = typer.Option(c.seed),
-    out: str = typer.Option("twinloop-calib", help="Output folder (summary.json, posterior.json)."),
+    out: str = typer.Option("twinloop-calib", help="Output folder (summary.json, posterior.json); must be new or empty."),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
 ):
     """Fit the twin's physical parameters to recorded episodes; report how well each is pinned down."""
-    t = make_task(task)
+    cfg = CalibConfig(method=method, window=window, stride=stride or None,
+                      start_clearance=start_clearance or None, max_evals=max_evals,
+                      errors_in_variables=errors_in_variables,
+                      delay_steps=None if delay_steps == -1 else delay_steps,
+                      holdout_fraction=holdout, particles=particles, seed=seed)
+    t, eps, world = load_episodes(task, dataset, lerobot, column_map, fps)
     space = t.param_space()
     names = _names(params)
     if names:
         space = space.subset(names)
-    cfg = CalibConfig(method=method, window=window, stride=stride or None,
-                      start_clearance=start_clearance or None, max_evals=max_evals,
-                      errors_in_variables=errors_in_variables,
-                      delay_steps=None if delay_steps < 0 else delay_steps,
-                      holdout_fraction=holdout, particles=particles, seed=seed)
-    eps, world = load_episodes(t, dataset, lerobot, column_map, fps)
+    o = output_folder(out, out_mode(overwrite=overwrite))  # before the fit: an unwritable --out fails now
     console.print(f"[bold]twinloop calibrate[/] {t.name}: {len(eps)} episodes, {cfg.method}, "
                   f"parameters {', '.join(space.names)}")
     with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TextColumn("{task.completed}/{task.total} evals"),
@@ -95,7 +110,6 @@ def calibrate(
         post = fit(t, eps, space, config=cfg,
                    progress=lambda n, f: prog.update(bar, completed=min(n, cfg.max_evals), best=f))
     console.print(post.report())
-    o = Path(out)
     summary = {"task": t.name, "world": world, "seed": seed, "episodes": len(eps), "results": [],
                "calibration": post.to_dict(), "config": cfg.__dict__, "dataset": str(dataset)}
     write_json(o / "posterior.json", post.to_dict(), allow_nan=False)
@@ -108,43 +122,54 @@ def rsr(
     task: str = typer.Option(r.task, help=one_of(TASKS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     world_seed: int = typer.Option(r.world_seed, help="Seed of the world's hidden physics."),
-    iterations: int = typer.Option(r.iterations, help="Collect -> calibrate -> evaluate rounds."),
-    episodes: int = typer.Option(r.episodes, help="Episodes collected per iteration."),
-    eval_episodes: int = typer.Option(r.eval_episodes, help="Episodes evaluated per iteration."),
+    rounds: int = typer.Option(r.rounds, "--rounds", "--iterations", help="Collect -> calibrate -> evaluate rounds (--iterations: the old name)."),
+    episodes: int = typer.Option(r.episodes, help="Episodes collected per round."),
+    eval_episodes: int = typer.Option(r.eval_episodes, help="Episodes evaluated per round."),
     max_ticks: int = typer.Option(r.max_ticks or 0, help="Episode length in ticks (0: the task's)."),
     beta: float = typer.Option(r.beta, help="InfoGap weight while collecting (0: task cost only)."),
     params: str = typer.Option("", help="Parameters to calibrate, comma-separated (default: all)."),
     particles: int = typer.Option(r.particles, help="Parameter particles the collecting controller plans under."),
-    method: str = typer.Option(r.method, help=one_of(METHODS)),
-    window: int = typer.Option(r.window, help="Calibration window (ticks)."),
-    max_evals: int = typer.Option(r.max_evals, help="Calibration budget per iteration."),
-    errors_in_variables: bool = typer.Option(r.errors_in_variables, help="Calibration treats window starts as noisy observations."),
-    gap_metric: str = typer.Option(r.gap_metric, help=one_of(METRICS)),
+    method: str = typer.Option(r.calib.method, help=one_of(METHODS)),
+    window: int = typer.Option(r.calib.window, help="Calibration window (ticks)."),
+    max_evals: int = typer.Option(r.calib.max_evals, help="Calibration budget per round."),
+    errors_in_variables: bool = typer.Option(r.calib.errors_in_variables, help="Calibration treats window starts as noisy observations."),
+    gap_metric: str = typer.Option(r.gap.metric, help=one_of(METRICS)),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
     optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZERS)),
-    num_samples: int = typer.Option(r.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
-    horizon: float = typer.Option(r.horizon, help="Planning horizon (s)."),
+    num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
+    horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     seed: int = typer.Option(r.seed),
-    out: str = typer.Option("twinloop-rsr", help="Output folder; an unfinished run there is resumed."),
+    out: str = typer.Option("twinloop-rsr", help="Output folder; must be new or empty unless --resume / --overwrite."),
+    resume: bool = typer.Option(False, help="Continue the unfinished run in --out (same options)."),
+    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
+    executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
+    address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
 ):
     """The Real-Sim-Real loop on a ShiftedWorld: collect (InfoGap) -> calibrate -> evaluate."""
-    cfg = RSRConfig(task=task, severity=severity, world_seed=world_seed, iterations=iterations,
+    cfg = RSRConfig(task=task, severity=severity, world_seed=world_seed, rounds=rounds,
                     episodes=episodes, eval_episodes=eval_episodes, max_ticks=max_ticks or None, beta=beta,
-                    params=_names(params), particles=particles, method=method, window=window,
-                    max_evals=max_evals, errors_in_variables=errors_in_variables, gap_metric=gap_metric, proposer=proposer, optimizer=optimizer,
-                    num_samples=num_samples, horizon=horizon, seed=seed)
-    loop = RSRLoop(cfg, out)
-    state = Path(out) / "rsr_state.json"
-    done = json.loads(state.read_text())["completed"] if state.exists() else -1
+                    params=_names(params), particles=particles,
+                    calib=replace(r.calib, method=method, window=window, max_evals=max_evals,
+                                  errors_in_variables=errors_in_variables),
+                    gap=replace(r.gap, metric=gap_metric), proposer=proposer, optimizer=optimizer,
+                    refiner=replace(r.refiner, num_samples=num_samples, horizon=horizon), seed=seed)
+    with executor_options(executor, address) as ex:
+        loop = RSRLoop(cfg, out, mode=out_mode(resume, overwrite), executor=ex)
+        _run_rsr(loop, cfg)
+
+
+def _run_rsr(loop: RSRLoop, cfg: RSRConfig) -> None:
+    out = loop.out
+    done = loop.completed
     if done >= 0:
-        console.print(f"resuming {out}: iterations up to {done} are done")
-    console.print(f"[bold]twinloop rsr[/] {cfg.task}, severity {cfg.severity}: {cfg.iterations} iteration(s), "
-                  f"beta={cfg.beta:g}, {cfg.method}")
-    per_iter = cfg.episodes + cfg.eval_episodes
-    total = (cfg.eval_episodes if done < 0 else 0) + per_iter * max(cfg.iterations - max(done, 0), 0)
+        console.print(f"resuming {out}: rounds up to {done} are done")
+    console.print(f"[bold]twinloop rsr[/] {cfg.task}, severity {cfg.severity}: {cfg.rounds} round(s), "
+                  f"beta={cfg.beta:g}, {cfg.calib.method}")
+    per_round = cfg.episodes + cfg.eval_episodes
+    total = (cfg.eval_episodes if done < 0 else 0) + per_round * max(cfg.rounds - max(done, 0), 0)
     with progress_bar() as prog:
         bars = {"episodes": prog.add_task("episodes", total=total),
-                "fits": prog.add_task("calibrate", total=max(cfg.iterations - max(done, 0), 0))}
+                "fits": prog.add_task("calibrate", total=max(cfg.rounds - max(done, 0), 0))}
 
         def tick(stage, n):
             prog.advance(bars["fits" if stage == "calibrate" else "episodes"], n)

@@ -11,8 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from twinloop.errors import TwinloopError
+from twinloop.run.executor import make_executor
 
 console = Console()
+OUT_HELP = "Output folder; must be new or empty unless --overwrite (see twinloop.io.output_folder)."
 
 
 def one_of(registry, what: str = "") -> str:
@@ -40,29 +42,50 @@ def progress_ticks():
         yield tick
 
 
+@contextmanager
+def executor_options(name: str, address: str | None):
+    """The executor of ``--executor`` / ``--address``, closed when the command ends."""
+    with make_executor(name, address) as ex:
+        yield ex
+
+
 def results_table(summary: dict) -> Table:
     from twinloop.viz.plots import world_label
 
     t = Table(title=f"{summary['task']} in {world_label(summary['world'])} world "
                     f"({summary['episodes']} episodes per controller, seed {summary['seed']})")
-    for col in ("controller", "success", "95% CI", "final error", "control Hz"):
+    realtime = any("realtime" in r for r in summary["results"])
+    cols = ["controller", "success", "95% CI", "final error", "control Hz"]
+    cols += ["deadline misses", "plan cycles > period"] if realtime else []
+    for col in cols:
         t.add_column(col, justify="right" if col != "controller" else "left")
     for r in summary["results"]:
         lo, hi = r["success_ci"]
-        t.add_row(r["controller"], f"{100 * r['success_rate']:.0f}% ({r['successes']}/{r['episodes']})",
-                  f"[{100 * lo:.0f}%, {100 * hi:.0f}%]", f"{r['mean_final_error']:.4f}", f"{r['control_hz']:.1f}")
+        row = [r["controller"], f"{100 * r['success_rate']:.0f}% ({r['successes']}/{r['episodes']})",
+               f"[{100 * lo:.0f}%, {100 * hi:.0f}%]", f"{r['mean_final_error']:.4f}", f"{r['control_hz']:.1f}"]
+        if realtime:
+            rt = r.get("realtime", {})
+            row += [f"{rt.get('misses', 0)}/{rt.get('ticks', 0)}",
+                    f"{rt['overruns']}/{rt['cycles']}" if "cycles" in rt else "-"]
+        t.add_row(*row)
     return t
 
 
 def guard(fn):
-    """Turn bad-input errors into a one-line message and exit code 2."""
+    """Turn every expected failure into a one-line message and exit code 2: bad input
+    (:class:`TwinloopError`) and the operating system refusing a file (``OSError``: a full
+    disk, a missing permission). Anything else is a bug and keeps its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
             return fn(*a, **kw)
         except TwinloopError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from exc
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            console.print(f"[red]error:[/] cannot access{where}: {exc.strerror or exc}", soft_wrap=True)
             raise typer.Exit(2) from exc
 
     return wrapper

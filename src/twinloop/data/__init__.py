@@ -1,12 +1,7 @@
 """Episodes and datasets: Parquet files with LeRobot-compatible columns, import and export."""
 
-from twinloop.data.episodes import (
-    LEROBOT_COLUMNS,
-    Dataset,
-    Episode,
-    EpisodeRecorder,
-    atomic_write,
-    load_lerobot,
-)
+from twinloop.data.dataset import Dataset, DatasetCheck, check
+from twinloop.data.episodes import Episode, EpisodeRecorder
+from twinloop.data.lerobot import LEROBOT_COLUMNS, load_lerobot
 
-__all__ = ["LEROBOT_COLUMNS", "Dataset", "Episode", "EpisodeRecorder", "atomic_write", "load_lerobot"]
+__all__ = ["LEROBOT_COLUMNS", "Dataset", "DatasetCheck", "Episode", "EpisodeRecorder", "check", "load_lerobot"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from twinloop.errors import choose
+from dataclasses import fields
+
+from twinloop.errors import TwinloopError, choose
 from twinloop.plan.base import Feedback, Optimizer, OptState
 from twinloop.plan.best_of_n import BestOfN
 from twinloop.plan.cem import CEM
@@ -25,8 +27,14 @@ def make_optimizer(name: str, llm: LLMConfig | None = None, **kw) -> Optimizer:
     ``kw`` configures the sampling optimizer; ``llm`` is ignored by the others.
     """
     choose("optimizer", name, OPTIMIZER_NAMES)
-    if name.partition("+")[0] == "llm":
-        return LLMGuided(OPTIMIZERS[name.partition("+")[2] or "mppi"](**kw), llm)
+    head, _, tail = name.partition("+")
+    base = (tail or "mppi") if head == "llm" else name
+    known = {f.name for f in fields(OPTIMIZERS[base])} - {"name"}
+    unknown = sorted(set(kw) - known)
+    if unknown:
+        raise TwinloopError(f"optimizer {base!r} has no setting(s) {unknown}; settings: {', '.join(sorted(known))}")
+    if head == "llm":
+        return LLMGuided(OPTIMIZERS[base](**kw), llm)
     return OPTIMIZERS[name](**kw)
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from twinloop.errors import TwinloopError, number
 from twinloop.plan.spline import PlanSpec
 
 
@@ -103,6 +104,13 @@ class Optimizer(Protocol):
     def update(self, state: OptState, candidates: np.ndarray, costs: np.ndarray) -> OptState:
         """New state from ``(K, N, nu)`` finite-cost candidates and their ``(K,)`` costs."""
         ...
+
+
+def noise_scales(scales, name: str) -> tuple[float, ...]:
+    """``scales`` checked as a non-empty tuple of positive finite multipliers of the noise."""
+    if isinstance(scales, (int, float)) or not hasattr(scales, "__len__") or len(scales) == 0:
+        raise TwinloopError(f"{name} must be a non-empty tuple of positive numbers, got {scales!r}")
+    return tuple(number(s, f"{name}[{i}]", low=0, low_open=True) for i, s in enumerate(scales))
 
 
 def initial_std(scale: float, low: np.ndarray, high: np.ndarray, n_knots: int) -> np.ndarray:

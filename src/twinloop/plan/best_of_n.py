@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twinloop.errors import TwinloopError
+from twinloop.errors import number
 from twinloop.plan.base import OptState, initial_std
 
 
@@ -21,8 +21,7 @@ class BestOfN:
     name: str = "best_of_n"
 
     def __post_init__(self):
-        if self.noise < 0:
-            raise TwinloopError(f"best-of-N needs noise >= 0, got {self.noise}")
+        number(self.noise, "best-of-N noise", low=0)
 
     def init(self, warm, prior, low, high) -> OptState:
         return OptState(mean=warm, std=initial_std(self.noise, low, high, len(warm)), low=low, high=high, prior=prior)

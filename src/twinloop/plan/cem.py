@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twinloop.errors import TwinloopError
+from twinloop.errors import number
 from twinloop.plan.base import OptState, gaussian, initial_std
 
 
@@ -23,8 +23,10 @@ class CEM:
     name: str = "cem"
 
     def __post_init__(self):
-        if not 0 < self.elite_fraction <= 1 or self.noise <= 0 or self.min_noise < 0:
-            raise TwinloopError(f"CEM needs 0 < elite_fraction <= 1, noise > 0, min_noise >= 0, got {self}")
+        number(self.noise, "CEM noise", low=0, low_open=True)
+        number(self.elite_fraction, "CEM elite_fraction", low=0, high=1, low_open=True)
+        number(self.min_noise, "CEM min_noise", low=0)
+        number(self.prior_weight, "CEM prior_weight", low=0, high=1)
 
     def init(self, warm, prior, low, high) -> OptState:
         mean = warm if prior is None else self.prior_weight * prior + (1 - self.prior_weight) * warm

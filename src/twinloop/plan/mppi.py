@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twinloop.errors import TwinloopError
-from twinloop.plan.base import OptState, gaussian, initial_std
+from twinloop.errors import number
+from twinloop.plan.base import OptState, gaussian, initial_std, noise_scales
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,10 @@ class MPPI:
     name: str = "mppi"
 
     def __post_init__(self):
-        if self.temperature <= 0 or self.noise <= 0 or not 0 <= self.prior_weight <= 1:
-            raise TwinloopError(
-                f"MPPI needs temperature > 0, noise > 0 and 0 <= prior_weight <= 1, got {self}"
-            )
+        number(self.noise, "MPPI noise", low=0, low_open=True)
+        object.__setattr__(self, "noise_scales", noise_scales(self.noise_scales, "MPPI noise_scales"))
+        number(self.temperature, "MPPI temperature", low=0, low_open=True)
+        number(self.prior_weight, "MPPI prior_weight", low=0, high=1)
 
     def init(self, warm, prior, low, high) -> OptState:
         mean = warm if prior is None else self.prior_weight * prior + (1 - self.prior_weight) * warm

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twinloop.errors import TwinloopError
-from twinloop.plan.base import OptState, gaussian, initial_std
+from twinloop.errors import number
+from twinloop.plan.base import OptState, gaussian, initial_std, noise_scales
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,8 @@ class PredictiveSampling:
     name: str = "predictive"
 
     def __post_init__(self):
-        if self.noise <= 0:
-            raise TwinloopError(f"predictive sampling needs noise > 0, got {self.noise}")
+        number(self.noise, "predictive sampling noise", low=0, low_open=True)
+        object.__setattr__(self, "noise_scales", noise_scales(self.noise_scales, "predictive sampling noise_scales"))
 
     def init(self, warm, prior, low, high) -> OptState:
         return OptState(mean=warm, std=initial_std(self.noise, low, high, len(warm)), low=low, high=high, prior=prior)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.interpolate import CubicSpline
 
-from twinloop.errors import TwinloopError, as_array, choose
+from twinloop.errors import TwinloopError, as_array, choose, number
 
 KINDS = ("zero", "linear", "cubic")
 
@@ -63,11 +63,10 @@ class PlanSpec:
 
     def __post_init__(self):
         choose("spline kind", self.kind, KINDS)
-        if self.horizon_ticks < 1 or self.substeps < 1 or self.n_knots < 1:
-            raise TwinloopError(
-                f"horizon_ticks, substeps and n_knots must be >= 1, got {self.horizon_ticks}, {self.substeps}, {self.n_knots}"
-            )
-        lo, hi = np.asarray(self.low, float), np.asarray(self.high, float)
+        for k in ("horizon_ticks", "substeps", "n_knots"):
+            object.__setattr__(self, k, number(getattr(self, k), k, low=1, integer=True))
+        object.__setattr__(self, "control_period", number(self.control_period, "control_period", low=0, low_open=True))
+        lo, hi = as_array(self.low, "action low"), as_array(self.high, "action high")
         if lo.shape != hi.shape or lo.ndim != 1 or np.any(lo >= hi):
             raise TwinloopError(f"action bounds need low < high, same shape (nu,), got {lo} and {hi}")
         object.__setattr__(self, "low", lo)
@@ -149,8 +148,9 @@ class Plan:
     def first_action(self) -> np.ndarray:
         return self.actions()[0]
 
-    def shifted(self, ticks: int = 1) -> Plan:
-        """The same plan started ``ticks`` control periods later (warm start for the next tick)."""
+    def shifted(self, ticks: float = 1) -> Plan:
+        """The same plan started ``ticks`` control periods later (warm start for the next tick;
+        fractional for an asynchronous planner whose plans start between ticks)."""
         k = self.knots
         S = self.spec.shift_matrix(self.spec.control_period * ticks)
         return replace(self, knots=np.clip(S @ k, self.spec.low, self.spec.high))

@@ -13,18 +13,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from twinloop.control import Controller, Refiner, RefinerConfig
-from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
-from twinloop.plan import LLMConfig, make_optimizer
+from twinloop.control import (
+    AsyncConfig,
+    AsyncController,
+    Controller,
+    Refiner,
+    RefinerConfig,
+    check_timestep,
+)
+from twinloop.data.dataset import Dataset
+from twinloop.errors import TwinloopError, choose, number
+from twinloop.io import output_folder, write_json
+from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
-from twinloop.tasks import make_task
-from twinloop.twin import make_twin
-from twinloop.worlds import WORLDS, make_world
+from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
+from twinloop.run.experiment import run_episode, summarize, write_partial
+from twinloop.tasks import TASKS, make_task
+from twinloop.twin import BACKENDS, make_twin
+from twinloop.viz.plots import plot_comparison
+from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
+from twinloop.worlds import RealtimeWorld, SimWorld, make_world, resolve_world
 
 
 @dataclass(frozen=True)
@@ -34,13 +47,14 @@ class RunConfig:
     Attributes:
         task: a registered task (``twinloop.tasks.TASKS``).
         optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
-            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs ``iterations >= 2``.
+            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs
+            ``refiner.iterations >= 2``.
         backend: a twin backend (``twinloop.twin.BACKENDS``).
-        num_samples: K candidates per refine iteration.
-        horizon: planning horizon (s).
-        iterations: refine iterations per control tick.
+        refiner: the refiner's knobs (K candidates, horizon, iterations per tick, risk,
+            ``prune``, ``carry`` ...).
         world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
-            noise, delay) | ``nominal`` (the twin itself).
+            noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` (a
+            gymnasium env through the task's maps) | ``remote:ADDRESS`` (``serve-world``).
         severity: ShiftedWorld severity (0-3).
         proposer: ``scripted`` (the task's own) | ``none`` (refinement from scratch; no
             baseline row); see ``twinloop.policies.PROPOSERS``.
@@ -50,16 +64,26 @@ class RunConfig:
         out: output folder.
         video: render one refined episode with ghost rollouts.
         record: write every episode to ``out/episodes``.
-        refiner: extra :class:`~twinloop.control.RefinerConfig` fields.
+        twin_timestep: the twin's physics timestep (s), coarser than the scene's to simulate
+            fewer steps per tick (``None``, or not coarser than the scene's: the scene's).
+            Checked once with :func:`~twinloop.control.check_timestep` (stability and
+            candidate ranking). The defaults (K=32, 0.5 s, 10 ms twin steps: 1/8 of the
+            rollout steps of K=64 x 1 s at 5 ms) are the speed study's best setting
+            (``benchmarks/speed.py``, RESULTS.md).
+        realtime: the world keeps its own clock (:class:`~twinloop.worlds.RealtimeWorld`) and
+            the refined controller plans asynchronously (:class:`~twinloop.control.AsyncController`).
+        rate: world ticks per wall-clock second in real time. Default: 10 ticks per control
+            period for a simulated world (``nominal``/``shifted``, stepped finer so actions
+            apply as they arrive), a gymnasium or remote world's own step rate otherwise.
+        async_control: :class:`~twinloop.control.AsyncConfig` (latency compensation, budget).
+        token: shared token of a ``remote:`` world.
         llm: the language model of an ``llm+...`` optimizer.
     """
 
     task: str = "push-t"
     optimizer: str = "mppi"
     backend: str = "mujoco"
-    num_samples: int = 64
-    horizon: float = 1.0
-    iterations: int = 1
+    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
     world: str = "shifted"
     severity: int = 2
     proposer: str = "scripted"
@@ -69,31 +93,71 @@ class RunConfig:
     out: str = "twinloop-out"
     video: bool = True
     record: bool = True
-    refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
+    twin_timestep: float | None = 0.01
+    realtime: bool = False
+    rate: float | None = None
+    async_control: AsyncConfig = field(default_factory=AsyncConfig)
+    token: str | None = field(default=None, repr=False)
     llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
-        choose("world", self.world, tuple(WORLDS))
+        choose("task", self.task, tuple(TASKS))
+        choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
+        choose("backend", self.backend, BACKENDS)
+        resolve_world(self.world)
         choose("proposer", self.proposer, tuple(PROPOSERS))
-        if self.optimizer.startswith("llm") and self.iterations < 2:
+        object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
+        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        if self.twin_timestep is not None:
+            object.__setattr__(self, "twin_timestep", number(self.twin_timestep, "twin_timestep (s)", low=0, low_open=True))
+        if self.rate is not None:
+            object.__setattr__(self, "rate", number(self.rate, "rate (Hz)", low=0, low_open=True))
+        if not isinstance(self.async_control, AsyncConfig):
+            raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
+        if not isinstance(self.refiner, RefinerConfig):
+            raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        if self.optimizer.startswith("llm") and self.refiner.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
-                                f"batch: it needs iterations >= 2, got {self.iterations}")
-        if self.episodes < 1:
-            raise TwinloopError(f"episodes must be >= 1, got {self.episodes}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
+                                f"batch: it needs iterations >= 2, got {self.refiner.iterations}")
 
 
-def build(cfg: RunConfig, keep_rollouts: bool = False):
-    """(task, world, proposer, refiner) for a config."""
+def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
+    """(task, world, proposer, refiner) for a config; in real time the world is a
+    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`). ``check_twin``: check a
+    coarser twin timestep once (the driver does; the workers building the same twin need not)."""
     task = make_task(cfg.task)
-    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
+    sim = cfg.world in ("nominal", "shifted")
+    period = None
+    if cfg.realtime and sim:
+        period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
+    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed, period=period, token=cfg.token)
+    if cfg.realtime:
+        world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
-    rcfg = RefinerConfig(num_samples=cfg.num_samples, horizon=cfg.horizon, iterations=cfg.iterations,
-                         seed=cfg.seed, **cfg.refiner)
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), rcfg, keep_rollouts=keep_rollouts)
+    if cfg.twin_timestep is not None and cfg.twin_timestep > task.model.opt.timestep * (1 + 1e-9):
+        coarse = make_twin(cfg.backend, task.model, task.param_space(), timestep=cfg.twin_timestep)
+        if check_twin:
+            check_timestep(task, coarse, twin, horizon=cfg.refiner.horizon, seed=cfg.seed)
+        twin = coarse
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner, keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
+
+
+def controller_in_world(cfg: RunConfig, name: str):
+    """``(world, controller)`` of the comparison's controller ``name`` (``base`` | ``refined``):
+    the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`."""
+    _, world, proposer, refiner = build(cfg, check_twin=False)
+    if name == "base":
+        return world, Controller(refiner, proposer, refine=False)
+    return world, AsyncController(refiner, proposer, cfg.async_control) if cfg.realtime else Controller(refiner, proposer)
+
+
+def realtime_stats(world, controller) -> dict:
+    """What a real-time episode reports: the world's deadline misses, the planner's cycles."""
+    return {**world.stats(), **(controller.stats() if isinstance(controller, AsyncController) else {})}
 
 
 def episode_seeds(cfg: RunConfig) -> list[int]:
@@ -104,7 +168,6 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
     (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
     ones highlighted and the chosen plan marked."""
-    from twinloop.viz.video import ghosts_from_rollouts
 
     def f(tick):
         res = tick.result
@@ -120,58 +183,76 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     return f
 
 
-def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print) -> dict:
+def world_ticks(cfg: RunConfig, task, world) -> int | None:
+    """Episode length in the world's ticks (the task's, or ``cfg.max_ticks``, in control ticks)."""
+    n = cfg.max_ticks or task.max_ticks
+    return int(round(n * task.control_period / world.period))
+
+
+def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print, mode: str = "new",
+                   executor: Executor | None = None) -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
     ``progress(label, done, total)`` is called after each episode (for progress bars).
+    ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an
+    earlier run there (see :func:`twinloop.io.output_folder`). ``executor``: where episodes run
+    (default: serially here; the same results either way). An episode cut short by an error (a
+    lost remote world) is written with what it recorded before the error propagates (in this
+    process; a Ray worker's partial episode is lost with it).
     """
-    from twinloop.run.experiment import run_episode, summarize
+    task, world, proposer, _ = build(cfg)  # the driver checks the twin and the output folder first
+    try:
+        out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
+        seeds = episode_seeds(cfg)
+        names = (["base"] if proposer is not None else []) + ["refined"]
+        datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if cfg.record else {}
+        n_ticks = world_ticks(cfg, task, world)
+        batches = [EpisodeBatch(partial(controller_in_world, cfg, n), seeds,
+                                options={"max_ticks": n_ticks, "record": cfg.record},
+                                stats=realtime_stats if cfg.realtime else None) for n in names]
+        counts = dict.fromkeys(names, 0)
+        current = [0]
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    task, world, proposer, refiner = build(cfg)
-    seeds = episode_seeds(cfg)
-    controllers = []
-    if proposer is not None:
-        controllers.append(("base", Controller(refiner, proposer, refine=False)))
-    controllers.append(("refined", Controller(refiner, proposer, refine=True)))
-    results = []
-    all_eps = {}
-    t_start = time.perf_counter()
-    for name, ctl in controllers:
-        ds = _dataset(out / "episodes" / name, cfg, task, world, name) if cfg.record else None
-        eps = []
-        for i, s in enumerate(seeds):
-            r = run_episode(world, ctl, s, max_ticks=cfg.max_ticks, episode_index=i, record=ds is not None)
-            if ds is not None:
-                ds.write(r.recorder)
-            r.recorder = None
-            eps.append(r)
+        def on_episode(b: int, r) -> None:
+            name = names[b]
+            if r.recorder is not None:  # written as it arrives: a failure later loses no episode
+                datasets[name].write(r.recorder)
+                r.recorder = None
+            counts[name] += 1
+            current[0] = b + (counts[name] == len(seeds))
             if progress is not None:
-                progress(name, i + 1, len(seeds))
-        all_eps[name] = eps
+                progress(name, counts[name], len(seeds))
+
+        t_start = time.perf_counter()
+        try:
+            runs = (executor or SerialExecutor()).run(batches, on_episode)
+        except Exception as exc:
+            write_partial(datasets.get(names[min(current[0], len(names) - 1)]), exc)
+            raise
+        all_eps = dict(zip(names, runs, strict=True))
+    finally:
+        world.close()  # a remote world's socket, a real-time world's clock
+    results = []
+    for name, eps in all_eps.items():
         results.append(summarize(name, eps))
+        if cfg.realtime:
+            results[-1]["realtime"] = realtime_summary([e.stats for e in eps])
     summary = {
         "task": task.name,
         "world": world.describe(),
         "seed": cfg.seed,
         "episodes": cfg.episodes,
-        "config": asdict(cfg),
+        "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         "wall_time_s": time.perf_counter() - t_start,
         "results": results,
         "per_episode": {k: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
                              "ticks": e.ticks} for e in v] for k, v in all_eps.items()},
     }
     write_json(out / "summary.json", summary)
-    try:
-        from twinloop.viz.plots import plot_comparison
-
-        plot_comparison(summary, out / "comparison.png")
-    except ImportError:  # pragma: no cover
-        log("plotting unavailable (matplotlib missing)")
-    if cfg.video:
-        from twinloop.viz.video import RenderingUnavailable
-
+    plot_comparison(summary, out / "comparison.png")
+    if cfg.video and (cfg.realtime or not isinstance(world, SimWorld)):
+        log("no video: videos replay a simulated world in synchronous mode")
+    elif cfg.video:
         try:
             summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4"))
             write_json(out / "summary.json", summary)
@@ -180,15 +261,28 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     return summary
 
 
+def realtime_summary(rows: list[dict]) -> dict:
+    """Per-episode real-time statistics (world ticks, planner cycles) -> one row: deadline
+    misses over all ticks, medians of the per-episode medians, worst maxima."""
+    ticks = sum(r["ticks"] for r in rows)
+    out = {"ticks": ticks, "misses": sum(r["misses"] for r in rows),
+           "miss_rate": sum(r["misses"] for r in rows) / max(ticks, 1),
+           "action_age_median": float(np.nanmedian([r["age_median"] for r in rows])),
+           "lateness_p99_max": float(np.nanmax([r["lateness_p99"] for r in rows]))}
+    if "cycles" in rows[0]:
+        out.update(cycles=sum(r["cycles"] for r in rows), overruns=sum(r["overruns"] for r in rows),
+                   cycle_median=float(np.nanmedian([r["cycle_median"] for r in rows])),
+                   cycle_max=float(np.nanmax([r["cycle_max"] for r in rows])),
+                   lead_median=float(np.nanmedian([r["lead_median"] for r in rows])))
+    return out
+
+
 def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
     """Re-run one refined episode keeping the candidate rollouts, and render it with ghosts.
 
     Picks the first successful episode (the first one if none succeeded); the same seed gives
     the same episode, so this is the episode reported in the table.
     """
-    from twinloop.run.experiment import run_episode
-    from twinloop.viz.video import render_episode
-
     task, world, proposer, refiner = build(cfg, keep_rollouts=True)
     pick = next((e for e in episodes if e.success), episodes[0] if episodes else None)
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
@@ -199,16 +293,9 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
 
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
-    """A fresh dataset for this run's episodes (a previous run's in the same folder is replaced)."""
-    import shutil
-
-    from twinloop.data.episodes import Dataset
-
-    if root.exists():
-        shutil.rmtree(root)
-
+    """A new dataset for this run's episodes (its output folder is new or emptied)."""
     info = {
-        "fps": 1.0 / task.control_period,
+        "fps": 1.0 / world.period,
         "twinloop": {
             "task": task.name,
             "controller": name,
@@ -216,7 +303,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
             "seed": cfg.seed,
             "obs_names": list(task.obs_names),
             "param_names": task.param_space().names,
-            "config": asdict(cfg),
+            "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         },
     }
     return Dataset.create(root, info)

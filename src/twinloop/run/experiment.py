@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from twinloop.control import Controller
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, number
 
 
 @dataclass
@@ -34,6 +34,8 @@ class EpisodeResult:
         qpos: ``(ticks+1, nq)`` true positions (for videos); ``None`` for worlds without truth.
         ghosts: per tick, the candidates' rollouts summarized for videos (if recorded).
         recorder: the episode recorder (if recording).
+        stats: what the world and controller reported about the episode (real-time statistics;
+            see :class:`~twinloop.run.executor.EpisodeBatch`), else empty.
     """
 
     seed: int
@@ -46,6 +48,7 @@ class EpisodeResult:
     qpos: np.ndarray | None = None
     ghosts: list | None = None
     recorder: object = field(default=None, repr=False)
+    stats: dict = field(default_factory=dict)
 
 
 def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | None = None,
@@ -53,13 +56,19 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
                 stop_on_success: bool = True) -> EpisodeResult:
     """Run one seeded episode of ``controller`` in ``world``.
 
+    The episode ends at success (if ``stop_on_success``), a task failure, the world's
+    ``terminated`` or ``truncated``, or after ``max_ticks`` world ticks (``info["tick"]`` when
+    the world counts them: a real-time world keeps ticking while the controller thinks).
+
+    If the world or the controller raises mid-episode (a lost remote world), the exception
+    carries what was recorded so far as ``exc.episode`` (an unfinished
+    :class:`EpisodeResult`; its recorder is not finished) before it propagates.
+
     Args:
         ghosts: optional ``f(tick_info) -> array`` called each tick to keep what a video draws.
     """
     task = controller.task
-    n = int(max_ticks or task.max_ticks)
-    if n < 1:
-        raise TwinloopError(f"max_ticks must be >= 1, got {n}")
+    n = task.max_ticks if max_ticks is None else number(max_ticks, "max_ticks", low=1, integer=True)
     rec = None
     if record:
         from twinloop.data.episodes import EpisodeRecorder
@@ -73,56 +82,87 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     compute = 0.0
     success, failure = False, ""
     k = 0
-    for k in range(1, n + 1):
-        t0 = time.perf_counter()
-        action = controller.act(obs)
-        compute += time.perf_counter() - t0
-        tick = controller.last
-        if ghost_list is not None:
-            ghost_list.append(ghosts(tick))
-        state = task.state_from_obs(obs)
-        if rec is not None:
-            rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
-                    world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
-                    cost=tick.cost if tick is not None else float("nan"), tick=tick)
-        obs, info = world.step(action)
-        if traj is not None:
-            traj.append(info["qpos"])
-        truth = info.get("qpos")
-        q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
-        # a world's own verdict, when it gives one, is the judge; otherwise the task's test
-        success = bool(info["success"]) if "success" in info else bool(task.success(q))
-        failure = "" if success else task.failure(q)
-        if (success and stop_on_success) or failure or info.get("terminated"):
-            break
-    final_q = info.get("qpos")
-    if final_q is None:
-        final_q = task.state_from_obs(obs)[: task.model.nq]
+
+    def result() -> EpisodeResult:
+        final_q = info.get("qpos")
+        if final_q is None:
+            final_q = task.state_from_obs(obs)[: task.model.nq]
+        return EpisodeResult(
+            seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k, failure=failure,
+            control_hz=k / compute if compute > 0 else float("inf"), fallbacks=controller.n_fallbacks,
+            qpos=None if traj is None else np.asarray(traj), ghosts=ghost_list, recorder=rec,
+        )
+
+    try:
+        while True:
+            k += 1
+            t0 = time.perf_counter()
+            action = controller.act(obs, info)
+            compute += time.perf_counter() - t0
+            tick = controller.last
+            if ghost_list is not None:
+                ghost_list.append(ghosts(tick))
+            state = task.state_from_obs(obs)
+            if rec is not None:
+                rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
+                        world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
+                        cost=tick.cost if tick is not None else float("nan"), tick=tick)
+            obs, info = world.step(action)
+            if traj is not None:
+                traj.append(info["qpos"])
+            truth = info.get("qpos")
+            q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
+            # a world's own verdict, when it gives one, is the judge; otherwise the task's test
+            success = bool(info["success"]) if "success" in info else bool(task.success(q))
+            failure = "" if success else task.failure(q)
+            if ((success and stop_on_success) or failure or info.get("terminated") or info.get("truncated")
+                    or info.get("tick", k) >= n):
+                break
+    except Exception as exc:
+        exc.episode = result()
+        raise
+    finally:
+        controller.stop()
     if rec is not None:
         rec.finish(success)
-    return EpisodeResult(
-        seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k, failure=failure,
-        control_hz=k / compute if compute > 0 else float("inf"), fallbacks=controller.n_fallbacks,
-        qpos=None if traj is None else np.asarray(traj), ghosts=ghost_list, recorder=rec,
-    )
+    return result()
 
 
-def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None,
+def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None, first_index: int = 0,
                  progress: Callable[[EpisodeResult], None] | None = None, **kw) -> list[EpisodeResult]:
-    """Run one episode per seed; write each to ``dataset`` (if given) as soon as it ends."""
+    """Run one episode per seed; write each to ``dataset`` (if given) as soon as it ends.
+
+    Episodes are numbered from ``first_index`` (from the dataset's length when writing to one);
+    ``progress(result)`` is called after each. Every command's episodes go through here, in this
+    process or on an executor's worker (:mod:`twinloop.run.executor`).
+    """
     if len(seeds) == 0:
         raise TwinloopError("no seeds given: need at least one episode")
     record = kw.pop("record", True) or dataset is not None
     out = []
     for i, seed in enumerate(seeds):
-        index = i if dataset is None else len(dataset)
-        r = run_episode(world, controller, int(seed), episode_index=index, record=record, **kw)
+        index = first_index + i if dataset is None else len(dataset)
+        try:
+            r = run_episode(world, controller, number(seed, "seed", low=0, integer=True), episode_index=index,
+                            record=record, **kw)
+        except Exception as exc:
+            write_partial(dataset, exc)
+            raise
         if dataset is not None:
             dataset.write(r.recorder)
         out.append(r)
         if progress is not None:
             progress(r)
     return out
+
+
+def write_partial(dataset, exc: BaseException) -> None:
+    """Write the frames an interrupted episode recorded (``exc.episode``) to ``dataset``: an
+    episode cut short by a lost world loses nothing it had recorded (``next.done`` stays
+    false on its last frame)."""
+    ep = getattr(exc, "episode", None)
+    if dataset is not None and ep is not None and ep.recorder is not None and len(ep.recorder):
+        dataset.write(ep.recorder)
 
 
 def summarize(controller_name: str, results: Sequence[EpisodeResult]) -> dict:

@@ -8,6 +8,7 @@ is its module, its scene XML and one line here (or :func:`register_task` from yo
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 
 from twinloop.errors import TwinloopError, choose
@@ -16,6 +17,7 @@ from twinloop.tasks.base import Residual, SceneTask, Task, Traj
 TASKS: dict[str, str | Callable[..., Task]] = {
     "push-t": "twinloop.tasks.push_t:PushT",
     "block-push": "twinloop.tasks.block_push:BlockPush",
+    "pusher-v5": "twinloop.tasks.pusher_v5:PusherV5",
     "cloth-fold": "twinloop.tasks.cloth_fold:ClothFold",
     "rope-shape": "twinloop.tasks.rope_shape:RopeShape",
 }
@@ -43,7 +45,12 @@ def task_factory(name: str) -> Callable[..., Task]:
 
 def make_task(name: str, **kw) -> Task:
     """A task by registry name (see :data:`TASKS`)."""
-    task = task_factory(name)(**kw)
+    factory = task_factory(name)
+    try:
+        inspect.signature(factory).bind(**kw)
+    except TypeError as exc:  # an unknown option, named, rather than a TypeError from deep inside
+        raise TwinloopError(f"task {name!r} does not take {sorted(kw)}: {exc}") from exc
+    task = factory(**kw)
     if not isinstance(task, Task):
         raise TwinloopError(f"task {name!r}: its factory returned {type(task).__name__}, not a Task")
     return task

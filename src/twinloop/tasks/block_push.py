@@ -13,6 +13,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from twinloop.errors import as_array
 from twinloop.params import Param, ParamSpace
 from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
@@ -49,7 +50,7 @@ class BlockPush(Task):
     yaw_tol = 0.15
 
     def __init__(self, goal=(0.10, 0.0, 0.0)):
-        self.goal = np.asarray(goal, dtype=float)
+        self.goal = as_array(goal, "goal (x, y, yaw)", (3,))  # NaN would make every cost NaN
         self.action_low = np.array([-0.3, -0.3])
         self.action_high = np.array([0.3, 0.3])
 

@@ -35,7 +35,7 @@ import shapely
 from shapely import affinity
 from shapely.geometry import Polygon, box
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import Param, ParamSpace
 from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
@@ -142,13 +142,11 @@ class PushT(Task):
     def __init__(self, goal=None, success_coverage: float = 0.95, weights: dict | None = None):
         g = pose_from_pusht(GOAL_PUSHT) if goal is None else as_array(goal, "goal", (3,))
         self.goal = g
-        if not 0 < success_coverage <= 1:
-            raise TwinloopError(f"success_coverage must be in (0, 1], got {success_coverage}")
-        self.success_coverage = float(success_coverage)
+        self.success_coverage = number(success_coverage, "success_coverage", low=0, high=1, low_open=True)
         unknown = sorted(set(weights or {}) - set(self.WEIGHTS))
         if unknown:
             raise TwinloopError(f"unknown push-t cost term(s) {unknown}; terms: {', '.join(self.WEIGHTS)}")
-        self.weights = {**self.WEIGHTS, **{k: float(v) for k, v in (weights or {}).items()}}
+        self.weights = {**self.WEIGHTS, **{k: number(v, f"weights[{k!r}]", low=0) for k, v in (weights or {}).items()}}
         self.action_low = np.array([-WORKSPACE, -WORKSPACE])
         self.action_high = np.array([WORKSPACE, WORKSPACE])
         self._goal_poly = t_polygon(g)

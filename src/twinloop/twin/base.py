@@ -8,7 +8,8 @@ from typing import Protocol
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
+from twinloop.params import ParamSpace
 
 
 @dataclass
@@ -25,6 +26,8 @@ class Rollouts:
         ctrl: (K, T, nu) controls applied at each physics step.
         ok: (P, K) True where the rollout stayed finite and stable.
         dt: physics timestep (s).
+        uncertainty: (K, T+1, nq) how unsure a learned twin is of each position (its ensemble's
+            spread, same units as qpos); ``None`` for a physics twin.
     """
 
     qpos: np.ndarray
@@ -33,6 +36,7 @@ class Rollouts:
     ctrl: np.ndarray
     ok: np.ndarray
     dt: float
+    uncertainty: np.ndarray | None = None
 
     @property
     def n_particles(self) -> int:
@@ -67,13 +71,64 @@ class Twin(Protocol):
     def rollout(self, state: np.ndarray, ctrl: np.ndarray, params: np.ndarray | None = None) -> Rollouts: ...
 
 
+def _size_names() -> tuple[str, ...]:
+    m = mujoco.MjModel.from_xml_string("<mujoco/>")
+    return tuple(sorted(a for a in dir(m) if a.startswith("n") and type(getattr(m, a)) is int))
+
+
+#: every size field of an ``MjModel`` (nq, nv, ngeom, nbody, nconmax, narena, nbuffer ...):
+#: the engine's buffers (``MjData``, rollout outputs) are laid out by them
+MODEL_SIZES = _size_names()
+
+
+def model_signature(model: mujoco.MjModel) -> tuple:
+    """What two models must share to be stepped with the same ``MjData`` and read alike: every
+    size field and the timestep."""
+    return (*(getattr(model, a) for a in MODEL_SIZES), float(model.opt.timestep))
+
+
+def scene_mismatch(model: mujoco.MjModel, nominal: mujoco.MjModel, timestep: bool = True) -> str:
+    """``""`` when ``model`` fits ``nominal``'s signature (with or without the timestep), else
+    what differs (e.g. ``"ngeom 304 vs 4"``)."""
+    k = len(MODEL_SIZES) + int(timestep)
+    a, b = model_signature(model)[:k], model_signature(nominal)[:k]
+    if a == b:
+        return ""
+    names = (*MODEL_SIZES, "timestep")
+    diff = [f"{name} {x:g} vs {y:g}" for name, x, y in zip(names, a, b) if x != y]
+    return ", ".join(diff[:6]) + (f" (+{len(diff) - 6} more)" if len(diff) > 6 else "")
+
+
+def check_twin_scene(twin, model: mujoco.MjModel, task_name: str) -> None:
+    """Raise unless ``twin`` simulates the scene of ``model`` (a task's): a task reads the
+    twin's arrays by its own layout, so equal actuator counts alone are not enough. Every size
+    field is compared (the timestep may differ); a twin without a MuJoCo model (e.g. a learned
+    one) is compared by ``nu`` and ``nstate``."""
+    m = getattr(twin, "model", None)
+    if isinstance(m, mujoco.MjModel):
+        diff = scene_mismatch(m, model, timestep=False)
+    else:
+        want = {"nu": model.nu, "nstate": model.nq + model.nv + model.na}
+        diff = ", ".join(f"{k} {getattr(twin, k, None)} vs {v}" for k, v in want.items() if getattr(twin, k, None) != v)
+    if diff:
+        raise TwinloopError(f"the twin does not simulate task {task_name!r}'s scene: {diff} (twin vs task)")
+
+
 def check_models(models, nominal: mujoco.MjModel) -> list[mujoco.MjModel]:
-    """``models`` as a list, each checked to be a model of the same scene as ``nominal``."""
-    sizes = (nominal.nq, nominal.nv, nominal.nu, nominal.na, nominal.nsensordata)
-    for i, m in enumerate(models):
-        if not isinstance(m, mujoco.MjModel) or (m.nq, m.nv, m.nu, m.na, m.nsensordata) != sizes:
-            raise TwinloopError(f"params[{i}] is not a model of the same scene (nq, nv, nu, na, nsensordata differ)")
-    return list(models)
+    """``models`` as a list, each checked to be a model of the same scene as ``nominal``.
+
+    The batched engine runs without its own checks, on ``MjData`` made for ``nominal``: a model
+    with, say, more geoms but the same nq/nv would write past those buffers (a segfault), so
+    every size field is compared, not only the state sizes.
+    """
+    out = list(models)
+    for i, m in enumerate(out):
+        if not isinstance(m, mujoco.MjModel):
+            raise TwinloopError(f"params[{i}] must be a mujoco.MjModel, got {type(m).__name__}")
+        diff = scene_mismatch(m, nominal)
+        if diff:
+            raise TwinloopError(f"params[{i}] is not a model of the twin's scene: {diff} (this model vs the twin's)")
+    return out
 
 
 class BatchTwin:
@@ -87,7 +142,23 @@ class BatchTwin:
     nstate: int
     nu: int
     model: mujoco.MjModel
-    param_space: object
+    param_space: ParamSpace
+
+    def _setup(self, model: mujoco.MjModel, param_space, max_speed: float) -> None:
+        """Check and keep what every backend shares: ``model``, ``param_space`` (its addresses
+        must exist in ``model``), ``max_speed``, ``dt``, ``nu``, ``nstate``."""
+        if not isinstance(model, mujoco.MjModel):
+            raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+        if param_space is not None and not isinstance(param_space, ParamSpace):
+            raise TwinloopError(f"param_space must be a ParamSpace or None, got {type(param_space).__name__}")
+        self.model = model
+        self.param_space = param_space if param_space is not None else ParamSpace(())
+        self.param_space.check_model(model)
+        # NaN would flag every rollout unstable (inf: no speed limit)
+        self.max_speed = number(max_speed, "max_speed", low=0, low_open=True, finite=False)
+        self.dt = float(model.opt.timestep)
+        self.nu = model.nu
+        self.nstate = model.nq + model.nv + model.na
 
     def models_for(self, params) -> list[mujoco.MjModel]:
         """One CPU model per parameter particle; the same list object while ``params`` is unchanged.
@@ -95,7 +166,7 @@ class BatchTwin:
         ``params`` is ``None`` (nominal), ``(P, n)`` values of the param space, or a list of
         ``MjModel`` of the same scene (e.g. built by hand for domain randomization).
         """
-        is_list = isinstance(params, (list, tuple)) and params and isinstance(params[0], mujoco.MjModel)
+        is_list = isinstance(params, (list, tuple)) and any(isinstance(m, mujoco.MjModel) for m in params)
         if params is None:
             key = None
         elif is_list:

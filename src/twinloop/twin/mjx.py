@@ -44,7 +44,6 @@ from mujoco import mjx
 from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
 from twinloop.twin.base import BatchTwin, Rollouts
-from twinloop.twin.mujoco import state_size
 
 
 class MjxTwin(BatchTwin):
@@ -61,15 +60,8 @@ class MjxTwin(BatchTwin):
 
     def __init__(self, model: mujoco.MjModel, param_space: ParamSpace | None = None,
                  max_speed: float = 1e3, device=None):
-        if not isinstance(model, mujoco.MjModel):
-            raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        self.model = model
-        self.param_space = param_space or ParamSpace(())
-        self.max_speed = float(max_speed)
+        self._setup(model, param_space, max_speed)
         self.device = device or jax.devices()[0]
-        self.dt = float(model.opt.timestep)
-        self.nu = model.nu
-        self.nstate = state_size(model)
         flat, self._treedef = jax.tree_util.tree_flatten_with_path(self._put(model))
         self._names = [_leaf_name(path) for path, _ in flat]
         self._leaves = [leaf for _, leaf in flat]

@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 from mujoco import rollout as mj_rollout
 
-from twinloop.errors import TwinloopError
+from twinloop.errors import number
 from twinloop.params import ParamSpace
 from twinloop.twin.base import BatchTwin, Rollouts
 
@@ -44,17 +44,8 @@ class MujocoTwin(BatchTwin):
         nthread: int | None = None,
         max_speed: float = 1e3,
     ):
-        if not isinstance(model, mujoco.MjModel):
-            raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        self.model = model
-        self.param_space = param_space or ParamSpace(())
-        self.nthread = int(nthread or os.cpu_count() or 1)
-        if self.nthread < 1:
-            raise TwinloopError(f"nthread must be >= 1, got {nthread}")
-        self.max_speed = max_speed
-        self.dt = float(model.opt.timestep)
-        self.nu = model.nu
-        self.nstate = state_size(model)
+        self._setup(model, param_space, max_speed)
+        self.nthread = (os.cpu_count() or 1) if nthread is None else number(nthread, "nthread", low=1, integer=True)
         self._pool = mj_rollout.Rollout(nthread=self.nthread)
         self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
         self._scratch = mujoco.MjData(model)

@@ -32,10 +32,9 @@ import mujoco_warp as mjw
 import numpy as np
 import warp as wp
 
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, number
 from twinloop.params import ParamSpace
 from twinloop.twin.base import BatchTwin, Rollouts
-from twinloop.twin.mujoco import state_size
 
 
 @wp.kernel
@@ -110,21 +109,14 @@ class WarpTwin(BatchTwin):
         njmax: int | None = None,
         graph: bool = True,
     ):
-        if not isinstance(model, mujoco.MjModel):
-            raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
         for knob, v in (("nconmax", nconmax), ("njmax", njmax)):
-            if v is not None and v < 1:
-                raise TwinloopError(f"{knob} must be >= 1 or None, got {v}")
-        self.model = model
-        self.param_space = param_space or ParamSpace(())
-        self.max_speed = float(max_speed)
+            if v is not None:
+                number(v, knob, low=1, integer=True)
+        self._setup(model, param_space, max_speed)
         self.nconmax, self.njmax = nconmax, njmax
         wp.init()
         self.device = wp.get_device(device) if device else wp.get_preferred_device()
         self.graph = bool(graph) and self.device.is_cuda
-        self.dt = float(model.opt.timestep)
-        self.nu = model.nu
-        self.nstate = state_size(model)
         self._nominal: dict[str, wp.array] = {}  # the shared arrays of fields ever batched
         self._row_shape: dict[str, tuple[int, ...]] = {}
         self._direct: dict[str, bool] = {}  # field copies the MjModel field of the same name

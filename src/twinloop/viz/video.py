@@ -32,8 +32,8 @@ import imageio.v2 as imageio
 import mujoco
 import numpy as np
 
-from twinloop.data.episodes import atomic_write
 from twinloop.errors import TwinloopError, as_array
+from twinloop.io import atomic_write
 
 
 class RenderingUnavailable(RuntimeError):

@@ -21,20 +21,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from twinloop.control import Controller, Refiner, RefinerConfig
-from twinloop.errors import TwinloopError, choose
-from twinloop.io import write_json
+from twinloop.errors import TwinloopError, choose, number
+from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import Demo, DistilledPolicy, PolicyConfig
+from twinloop.run.experiment import run_episodes, summarize
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
-from twinloop.worlds import make_world
+from twinloop.viz.plots import plot_comparison, plot_rounds
+from twinloop.worlds import SimWorld, make_world
 
 WORLDS = ("shifted", "nominal")
 #: refined success within this of the sweep's best counts as "as good" for ``min_k``
@@ -56,13 +58,14 @@ class DistillConfig:
         dagger_episodes: episodes of policy + refinement in the world whose refined actions are
             added to the training data after each round but the last.
         rounds: R, train/evaluate/aggregate rounds.
-        num_samples: K, candidates per refine iteration.
+        refiner: the refiner's knobs; ``refiner.num_samples`` is K, the candidates per refine
+            iteration.
         k_sweep: Ks at which policy + refinement is also evaluated to find ``min_k`` (empty:
             skip; K itself is always included).
         optimizer: ``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``.
         proposal_samples: policy samples offered to the optimizer each tick (best-of-N uses them).
         baseline: also evaluate refinement without a base policy (controller ``refined``).
-        epochs, chunk, hidden: policy training (see :class:`PolicyConfig`).
+        policy: the distilled policy's architecture and training (its ``seed`` becomes ``seed``).
         max_ticks: episode length (default: the task's).
         seed: seeds the world's hidden physics, the episodes and training.
         out: output folder.
@@ -75,14 +78,12 @@ class DistillConfig:
     episodes: int = 10
     dagger_episodes: int = 10
     rounds: int = 1
-    num_samples: int = 32
+    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32))
     k_sweep: tuple[int, ...] = (8, 16, 32)
     optimizer: str = "mppi"
     proposal_samples: int = 0
     baseline: bool = True
-    epochs: int = 150
-    chunk: int | None = None
-    hidden: tuple[int, ...] = (256, 256)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     max_ticks: int | None = None
     seed: int = 0
     out: str = "twinloop-distill"
@@ -90,25 +91,24 @@ class DistillConfig:
     def __post_init__(self):
         choose("world", self.world, WORLDS)
         choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
-        for name in ("collect", "episodes", "rounds"):
-            if getattr(self, name) < 1:
-                raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name, low in (("collect", 1), ("episodes", 1), ("rounds", 1), ("dagger_episodes", 0),
+                          ("proposal_samples", 0), ("seed", 0)):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
+        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
         if self.episodes > 50_000 or self.collect > 10_000 or self.dagger_episodes > 1_000:
             raise TwinloopError("episodes <= 50000, collect <= 10000 and dagger_episodes <= 1000 (seed ranges)")
-        if self.dagger_episodes < 0 or self.proposal_samples < 0:
-            raise TwinloopError(f"dagger_episodes and proposal_samples must be >= 0, got {self.dagger_episodes}, {self.proposal_samples}")
         if self.rounds > 1 and self.dagger_episodes < 1:
             raise TwinloopError("rounds > 1 need dagger_episodes >= 1 (no new data otherwise)")
-        if self.num_samples < 2 or any(int(k) < 2 for k in self.k_sweep):
-            raise TwinloopError(f"num_samples and every k_sweep value must be >= 2, got {self.num_samples}, {self.k_sweep}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
+        for name, kind in (("refiner", RefinerConfig), ("policy", PolicyConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "k_sweep", tuple(sorted({int(k) for k in self.k_sweep})))
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        self.policy_config()  # validate the training knobs now, not after collecting
 
     def policy_config(self) -> PolicyConfig:
-        return PolicyConfig(chunk=self.chunk, hidden=self.hidden, epochs=self.epochs, seed=self.seed)
+        return replace(self.policy, seed=self.seed)
 
     # one seed range per purpose, so evaluation never sees a training episode's start
     def eval_seeds(self) -> list[int]:
@@ -141,8 +141,11 @@ class _Recording:
         self._obs, self._act = [], []
         self.controller.reset(seed)
 
-    def act(self, obs) -> np.ndarray:
-        a = self.controller.act(obs)
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def act(self, obs, info: dict | None = None) -> np.ndarray:
+        a = self.controller.act(obs, info)
         self._obs.append(np.array(obs, dtype=float))
         self._act.append(np.array(a, dtype=float))
         return a
@@ -171,7 +174,7 @@ class DistillRun:
         self.last_loss = float("nan")
 
     def refiner(self, k: int) -> Refiner:
-        rcfg = RefinerConfig(num_samples=k, horizon=self.task.horizon, seed=self.cfg.seed)
+        rcfg = replace(self.cfg.refiner, num_samples=k)
         return Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer), rcfg)
 
     def controller(self, policy: DistilledPolicy | None, k: int, refine: bool = True) -> Controller:
@@ -180,25 +183,24 @@ class DistillRun:
 
     def episodes(self, label: str, world, controller: Controller, seeds: Sequence[int], keep: bool = False):
         """Run one episode per seed; ``keep`` adds each episode's (obs, action) to the demos."""
-        from twinloop.run.experiment import run_episode
-
         ctl = _Recording(controller) if keep else controller
-        out = []
-        for i, s in enumerate(seeds):
-            r = run_episode(world, ctl, int(s), max_ticks=self.cfg.max_ticks, record=False)
+        done = []
+
+        def after(r):
             if keep:
                 self.demos.append(ctl.demo(r.success))
-            out.append(r)
+            done.append(r)
             if self.progress is not None:
-                self.progress(label, i + 1, len(seeds))
-        return out
+                self.progress(label, len(done), len(seeds))
+
+        return run_episodes(world, ctl, seeds, max_ticks=self.cfg.max_ticks, record=False, progress=after)
 
     def train(self, round_: int) -> DistilledPolicy:
         label = f"train r{round_}"
         cb = None
         if self.progress is not None:
             def cb(epoch, loss):
-                self.progress(label, epoch, self.cfg.epochs)
+                self.progress(label, epoch, self.cfg.policy.epochs)
         policy, log = DistilledPolicy.fit(self.task, self.demos, self.cfg.policy_config(), progress=cb)
         self.last_loss = log.losses[-1]
         self.log(f"round {round_}: trained on {len(self.demos)} episodes ({log.samples} ticks), "
@@ -206,19 +208,19 @@ class DistillRun:
         return policy
 
 
-def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print) -> dict:
+def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print,
+                mode: str = "new") -> dict:
     """Collect in the twin, then ``cfg.rounds`` of train -> evaluate -> aggregate; write outputs.
 
     ``progress(label, done, total)`` is called after each episode and epoch (progress bars).
+    ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an earlier
+    run there (see :func:`twinloop.io.output_folder`).
     Returns the summary written to ``cfg.out/summary.json``.
     """
-    from twinloop.worlds import SimWorld
-
     t_start = time.perf_counter()
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     run = DistillRun(cfg, progress, log)
-    task, world, K = run.task, run.world, cfg.num_samples
+    out = output_folder(cfg.out, mode)  # before the first episode: a bad --out fails now
+    task, world, K = run.task, run.world, cfg.refiner.num_samples
     eval_seeds = cfg.eval_seeds()
 
     # round 1's data: the refined controller acting in the nominal twin
@@ -271,7 +273,7 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
             run.episodes(f"dagger r{r}", world, run.controller(policy, K), cfg.dagger_seeds(r), keep=True)
 
     summary = _write(summary, results, out, t_start)
-    _plots(summary, out, log)
+    _plots(summary, out)
     return summary
 
 
@@ -284,8 +286,6 @@ def _error(episodes) -> float:
 
 
 def _write(summary: dict, results: dict, out: Path, t_start: float) -> dict:
-    from twinloop.run.experiment import summarize
-
     order = [n for n in ("distilled", "distilled+refined", "refined") if n in results]
     summary["results"] = [summarize(n, results[n]) for n in order]
     summary["per_episode"] = {n: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
@@ -295,11 +295,6 @@ def _write(summary: dict, results: dict, out: Path, t_start: float) -> dict:
     return summary
 
 
-def _plots(summary: dict, out: Path, log: Callable[[str], None]) -> None:
-    try:
-        from twinloop.viz.plots import plot_comparison, plot_rounds
-    except ImportError:
-        log("plots skipped: twinloop.viz.plots is not available")
-        return
+def _plots(summary: dict, out: Path) -> None:
     plot_comparison(summary, out / "comparison.png")
     plot_rounds(summary["rounds"], out / "rounds.png")
