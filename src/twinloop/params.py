@@ -4,15 +4,30 @@ A parameter addresses one or more model fields with strings such as::
 
     geom:block/friction[0]      sliding friction of geom "block"
     body:block/mass             mass of body "block" (inertia scaled with it, see below)
-    dof:block_x/damping         damping of the dof of joint "block_x"
+    dof:block_x/damping         damping of the dofs of joint "block_x" (all 3 of a ball joint)
     jnt:hinge/stiffness         joint stiffness
     actuator:px/kp              position-actuator stiffness (gainprm[0] and biasprm[1])
     actuator:px/kv              position-actuator damping (biasprm[2])
     actuator:px/gear[0]         any actuator_* field
+    flex:cloth/friction[0]      any flex_* field of flex "cloth" (damping, radius, friction ...)
+    flex:cloth/mass             total mass of the flex's vertex bodies (each scaled, inertia too)
+    flex:cloth/young            Young's modulus (Pa) of a 2D flex
+    flex:cloth/thickness        shell thickness (m) of a 2D flex (its stiffness, not its radius)
 
 Changing a mass means the body keeps its density distribution: ``body_inertia`` is scaled by the
 same ratio. Every inertial change is followed by ``mj_setConst`` so derived constants
 (``body_subtreemass``, ``dof_invweight0``, ``actuator_acc0`` ...) are never stale.
+
+Changing a primitive geom's ``size`` refreshes its bounding radius and box (``geom_rbound``,
+``geom_aabb``), which collision detection prunes with.
+
+Flex materials are compiled into derived arrays: the stretching stiffness ``flex_stiffness`` is
+proportional to ``E t`` and the bending stiffness ``flex_bending`` to ``E t^3`` (``E`` Young's
+modulus, ``t`` thickness), and the discrete integrator's constant factor ``efm0_L`` depends on
+bending, damping and mass (``mj_setConst`` recomputes it). The model keeps no ``E`` or ``t``, so a
+scene whose flex materials are parameters records them first (:func:`record_flex_materials`, as
+custom numerics ``flex:NAME/young`` and ``flex:NAME/thickness``); a write rescales the derived
+arrays by new / recorded and updates the record. This equals recompiling (tests compare).
 """
 
 from __future__ import annotations
@@ -26,16 +41,33 @@ import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
 
-_ADDRESS = re.compile(r"^(geom|body|dof|jnt|actuator):([^/]+)/([a-z_0-9]+)(?:\[(\d+)\])?$")
+_ADDRESS = re.compile(r"^(geom|body|dof|jnt|actuator|flex):([^/]+)/([a-z_0-9]+)(?:\[(\d+)\])?$")
 _OBJ = {
     "geom": mujoco.mjtObj.mjOBJ_GEOM,
     "body": mujoco.mjtObj.mjOBJ_BODY,
     "dof": mujoco.mjtObj.mjOBJ_JOINT,
     "jnt": mujoco.mjtObj.mjOBJ_JOINT,
     "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
+    "flex": mujoco.mjtObj.mjOBJ_FLEX,
 }
 _SAMEFRAME_BODY = int(mujoco.mjtSameFrame.mjSAMEFRAME_BODY)
 _INERTIAL = {("body", "mass"), ("body", "inertia"), ("body", "ipos"), ("dof", "armature")}
+_JOINT_DOFS = {mujoco.mjtJoint.mjJNT_FREE: 6, mujoco.mjtJoint.mjJNT_BALL: 3,
+               mujoco.mjtJoint.mjJNT_SLIDE: 1, mujoco.mjtJoint.mjJNT_HINGE: 1}
+_FLEX_MATERIAL = ("young", "thickness")  # rescale derived arrays; their values live in numerics
+_PRIMITIVES = {mujoco.mjtGeom.mjGEOM_SPHERE, mujoco.mjtGeom.mjGEOM_CAPSULE, mujoco.mjtGeom.mjGEOM_CYLINDER,
+               mujoco.mjtGeom.mjGEOM_BOX, mujoco.mjtGeom.mjGEOM_ELLIPSOID}
+
+
+def record_flex_materials(spec: mujoco.MjSpec) -> mujoco.MjSpec:
+    """Record every 2D flex's Young's modulus and thickness in ``spec`` as custom numerics
+    ``flex:NAME/young`` and ``flex:NAME/thickness`` (what ``flex:NAME/young`` and
+    ``flex:NAME/thickness`` parameters rescale from); returns ``spec``, to compile."""
+    for f in spec.flexes:
+        if f.dim == 2 and f.name:
+            for fld in _FLEX_MATERIAL:
+                spec.add_numeric(name=f"flex:{f.name}/{fld}", data=[float(getattr(f, fld))])
+    return spec
 
 
 @dataclass(frozen=True)
@@ -91,8 +123,8 @@ class Param:
 class _Slot:
     kind: str
     field: str
-    attr: str
-    row: int
+    attr: str  # the model field written; "" for a derived flex quantity (mass, young, thickness)
+    row: int | slice  # a slice: the dofs of a multi-dof joint
     col: int | None
 
 
@@ -192,8 +224,19 @@ class ParamSpace:
                 if kind == "actuator" and fld in ("kp", "kv"):
                     attr = "actuator_gainprm" if fld == "kp" else "actuator_biasprm"
                     col = 0 if fld == "kp" else 2
-                elif kind == "dof":
-                    attr, row = f"dof_{fld}", int(model.jnt_dofadr[oid])
+                elif kind == "flex" and fld in (*_FLEX_MATERIAL, "mass"):
+                    if fld in _FLEX_MATERIAL and model.flex_dim[oid] != 2:
+                        raise TwinloopError(f"param {p.name!r}: {fld} is supported for 2D flexes only ({t})")
+                    if fld in _FLEX_MATERIAL and mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_NUMERIC, f"flex:{obj}/{fld}") < 0:
+                        raise TwinloopError(f"param {p.name!r}: the model records no {fld} of flex {obj!r}; "
+                                            f"compile it from a spec passed through record_flex_materials ({t})")
+                    slots.append(_Slot(kind, fld, "", row, None))  # no field: _flex_read/_flex_write
+                    continue
+                elif kind == "geom" and fld == "size" and mujoco.mjtGeom(model.geom_type[oid]) not in _PRIMITIVES:
+                    raise TwinloopError(f"param {p.name!r}: only a primitive geom's size can be a parameter ({t})")
+                elif kind == "dof":  # every dof of the joint (3 for a ball, 6 for a free joint)
+                    n = _JOINT_DOFS[mujoco.mjtJoint(model.jnt_type[oid])]
+                    attr, row = f"dof_{fld}", slice(int(model.jnt_dofadr[oid]), int(model.jnt_dofadr[oid]) + n)
                 else:
                     attr = f"{kind}_{fld}"
                 if not hasattr(model, attr):
@@ -217,6 +260,9 @@ class ParamSpace:
         vals = []
         for slots in self._slots(model):
             s = slots[0]
+            if not s.attr:
+                vals.append(_flex_read(model, s))
+                continue
             arr = getattr(model, s.attr)
             v = arr[s.row] if s.col is None else arr[s.row, s.col]
             vals.append(-float(v) if (s.kind, s.field) == ("actuator", "kv") else float(np.ravel(v)[0]))
@@ -231,8 +277,10 @@ class ParamSpace:
         inertial = False
         for x, slots in zip(v, self._slots(m)):
             for s in slots:
-                arr = getattr(m, s.attr)
-                if (s.kind, s.field) == ("body", "mass"):
+                arr = getattr(m, s.attr) if s.attr else None
+                if not s.attr:
+                    _flex_write(m, s, float(x))
+                elif (s.kind, s.field) == ("body", "mass"):
                     old = float(arr[s.row])
                     if old > 0:
                         m.body_inertia[s.row] *= x / old
@@ -246,7 +294,10 @@ class ParamSpace:
                     arr[s.row] = x
                 else:
                     arr[s.row, s.col] = x
-                inertial |= (s.kind, s.field) in _INERTIAL
+                if (s.kind, s.field) == ("geom", "size"):
+                    _refresh_geom_bounds(m, s.row)
+                # flex constants (efm0_L) depend on damping, bending and mass: refresh on any flex write
+                inertial |= (s.kind, s.field) in _INERTIAL or s.kind == "flex"
         if inertial:
             mujoco.mj_setConst(m, mujoco.MjData(m))
         return m
@@ -255,6 +306,53 @@ class ParamSpace:
         """One model per row of ``values`` ``(P, n)``."""
         v = self.check(values, "param values")
         return [self.apply(model, row) for row in np.atleast_2d(v)]
+
+
+def _flex_bodies(m: mujoco.MjModel, f: int) -> np.ndarray:
+    """The bodies that carry flex ``f``'s vertices (not the world or a parent they are pinned to)."""
+    ids = np.unique(m.flex_vertbodyid[m.flex_vertadr[f] : m.flex_vertadr[f] + m.flex_vertnum[f]])
+    return ids[(ids > 0) & (m.body_mass[ids] > 0)]
+
+
+def _span(adr: np.ndarray, total: int, f: int) -> slice:
+    """The slice of flex ``f``'s entries in an array laid out by per-flex start addresses."""
+    later = adr[f + 1 :]
+    return slice(int(adr[f]), int(later.min()) if len(later) else total)
+
+
+def _flex_read(m: mujoco.MjModel, s: _Slot) -> float:
+    if s.field == "mass":
+        return float(m.body_mass[_flex_bodies(m, s.row)].sum())
+    name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_FLEX, s.row)
+    return float(m.numeric(f"flex:{name}/{s.field}").data[0])
+
+
+def _flex_write(m: mujoco.MjModel, s: _Slot, x: float) -> None:
+    """Write a flex's total mass, Young's modulus or thickness (see the module docstring)."""
+    old = _flex_read(m, s)
+    if s.field == "mass":
+        bodies = _flex_bodies(m, s.row)
+        m.body_mass[bodies] *= x / old
+        m.body_inertia[bodies] *= x / old
+        return
+    ratio = x / old
+    bend = ratio if s.field == "young" else ratio**3
+    m.flex_stiffness[_span(m.flex_stiffnessadr, m.nflexstiffness, s.row)] *= ratio
+    m.flex_bending[_span(m.flex_bendingadr, m.nflexbending, s.row)] *= bend
+    name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_FLEX, s.row)
+    m.numeric(f"flex:{name}/{s.field}").data[0] = x
+
+
+def _refresh_geom_bounds(m: mujoco.MjModel, g: int) -> None:
+    """Bounding radius and local box of primitive geom ``g`` from its size (as the compiler sets them)."""
+    r, a, b = m.geom_size[g]
+    t = mujoco.mjtGeom(m.geom_type[g])
+    half = {mujoco.mjtGeom.mjGEOM_SPHERE: (r, r, r), mujoco.mjtGeom.mjGEOM_CAPSULE: (r, r, r + a),
+            mujoco.mjtGeom.mjGEOM_CYLINDER: (r, r, a)}.get(t, (r, a, b))
+    m.geom_aabb[g, 3:] = half
+    m.geom_rbound[g] = {mujoco.mjtGeom.mjGEOM_SPHERE: r, mujoco.mjtGeom.mjGEOM_CAPSULE: r + a,
+                        mujoco.mjtGeom.mjGEOM_CYLINDER: float(np.hypot(r, a)),
+                        mujoco.mjtGeom.mjGEOM_ELLIPSOID: max(r, a, b)}.get(t, float(np.linalg.norm([r, a, b])))
 
 
 def _copy_model(model: mujoco.MjModel) -> mujoco.MjModel:

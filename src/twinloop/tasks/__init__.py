@@ -21,6 +21,8 @@ TASKS: dict[str, str | Callable[..., Task]] = {
     "pivot": "twinloop.tasks.pivot:Pivot",
     "peg-insert": "twinloop.tasks.peg_insert:PegInsert",
     "pusher-v5": "twinloop.tasks.pusher_v5:PusherV5",
+    "cloth-fold": "twinloop.tasks.cloth_fold:ClothFold",
+    "rope-shape": "twinloop.tasks.rope_shape:RopeShape",
 }
 
 

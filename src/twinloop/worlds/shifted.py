@@ -7,7 +7,8 @@
   magnitude ``m ~ U(0.7, 1) * LOG_SHIFT[severity]`` (a parameter whose nominal is 0 moves up
   by ``m / 4`` of its bound width), clipped to the parameter's bounds;
 - **observation noise**: Gaussian, per observation entry (positions m, angles rad,
-  velocities m/s or rad/s), seeded by ``reset(seed)``;
+  velocities m/s or rad/s; none on dimensionless ``1`` entries, such as a grasp activation the
+  robot commands), seeded by ``reset(seed)``;
 - **actuation delay**: each action reaches the actuators ``delay_steps`` physics steps late
   (a queue of per-step controls, filled with the hold action at reset);
 - at severity >= 3, **other solver settings**: Euler integrator instead of the twin's, an
@@ -54,7 +55,8 @@ def shifted_params(task: Task, severity: int, seed: int) -> np.ndarray:
 
 def _noise_scales(task: Task, severity: int) -> np.ndarray:
     """Per-entry noise std from the units of the task's observation entries."""
-    scale = {"m": POS_NOISE, "rad": ANG_NOISE, "m/s": VEL_NOISE, "rad/s": VEL_NOISE}
+    # "1": dimensionless entries the robot knows exactly (e.g. an actuator activation it commands)
+    scale = {"m": POS_NOISE, "rad": ANG_NOISE, "m/s": VEL_NOISE, "rad/s": VEL_NOISE, "1": (0.0,) * 4}
     units = task.obs_units()
     if len(units) != len(task.obs_names) or not set(units) <= set(scale):
         raise TwinloopError(f"task {task.name!r}: obs_units() must give one of {sorted(scale)} per observation entry")

@@ -1,0 +1,163 @@
+"""rope-shape: drag a 32 cm rope on a table into a U with a pinch gripper.
+
+Frame: metres, table centre at the origin, z up. The rope is a chain of 8 capsules, 4 cm each
+(see ``rope_shape.xml``); point ``p_i`` is the start of capsule ``i`` (``p8`` the free end). It
+starts nearly straight from ``(-0.12, -0.04)`` along +x. The goal is a U opening toward -x: the
+first arm stays on ``y = -0.04``, a half circle of radius 4 cm turns the rope around, and the
+second arm comes back along ``y = +0.04``, ending at ``(-0.12, 0.04)``.
+
+Keypoints (observed, noisy): ``p0, p2, p4, p6, p8``. Error: mean distance of all nine points
+``p0..p8`` to their places on the U (matched by arc length); success at <= 2 cm with the gripper
+released (see :mod:`twinloop.tasks.deformable` for the gripper, grasp, observation and cost).
+
+Start: each joint bent by up to 4 degrees about z, the rope turned by up to 3 degrees and
+shifted by up to 4 mm; the gripper anywhere above the rope's far half (5-12 cm up), grasp open.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from twinloop.params import Param, ParamSpace
+from twinloop.tasks.deformable import GraspTask, SwingConfig, SwingScript
+from twinloop.tasks.keypoints import Keypoint
+
+LINKS = 8
+LINK = 0.04  # capsule length (m)
+LENGTH = LINKS * LINK
+RADIUS = 0.006
+START = np.array([-0.12, -0.04])
+BEND = 0.04  # radius of the U's turn (m)
+POINTS = tuple(Keypoint(f"p{i}", f"rope_{min(i, LINKS - 1)}", (LINK if i == LINKS else 0.0, 0.0, 0.0))
+               for i in range(LINKS + 1))
+OBSERVED = ("p0", "p2", "p4", "p6", "p8")
+# The scripted swing, chosen on the nominal rope alone: a grid over arc_time (0.6-1.6 s), release
+# (0.6-1), arc_height (0.1-0.2 m) and arc_radius (0.8-0.95), 10 episodes each (seeds
+# 90000-90009), keeping the most successes, then the fewest ticks, then the lowest error.
+SWING = SwingConfig(arc_time=0.8, release=0.8, arc_height=0.15, arc_radius=0.95)
+
+
+def u_curve(s) -> np.ndarray:
+    """``(..., 3)`` points of the goal U at arc lengths ``s`` (m) from the rope's start."""
+    s = np.asarray(s, dtype=float)
+    arm = (LENGTH - np.pi * BEND) / 2
+    x0, y0 = START
+    phi = -np.pi / 2 + (s - arm) / BEND
+    x = np.where(s <= arm, x0 + s, np.where(s <= arm + np.pi * BEND, x0 + arm + BEND * np.cos(phi),
+                                            x0 + arm - (s - arm - np.pi * BEND)))
+    y = np.where(s <= arm, y0, np.where(s <= arm + np.pi * BEND, BEND * np.sin(phi), -y0))
+    return np.stack([x, y, np.full_like(x, RADIUS)], axis=-1)
+
+
+def _quat_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Unit quaternion of the shortest rotation taking unit vector ``a`` to ``b``."""
+    c = float(np.clip(a @ b, -1.0, 1.0))
+    axis = np.cross(a, b)
+    n = np.linalg.norm(axis)
+    if n < 1e-12:
+        # parallel: identity; antiparallel: half turn about any perpendicular axis
+        return np.array([1.0, 0, 0, 0]) if c > 0 else np.array([0.0, *np.cross(a, [0, 0, 1.0]) / max(np.linalg.norm(np.cross(a, [0, 0, 1.0])), 1e-12)])
+    half = np.arccos(c) / 2
+    return np.concatenate([[np.cos(half)], np.sin(half) * axis / n])
+
+
+class RopeShape(GraspTask):
+    """Drag a 32 cm rope into a U on a table: grasp its free end and lay it back along itself.
+
+    Args:
+        weights: overrides of :attr:`WEIGHTS` by residual name.
+        settle_steps: relaxation steps of the keypoint -> state estimate (0: interpolation alone).
+    """
+
+    name = "rope-shape"
+    xml = "rope_shape.xml"
+    control_period = 0.2
+    horizon = 1.0
+    max_ticks = 25
+    cost_stride = 5
+    keypoints = tuple(k for k in POINTS if k.name in OBSERVED)
+    scored = POINTS
+    trace_keypoints = ("p8", "p6", "p4")
+    grasp_body = f"rope_{LINKS - 1}"
+    grasp_offset = (LINK, 0.0, 0.0)
+    grasp_point = f"p{LINKS}"
+
+    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+        super().__init__(weights, settle_steps)
+        self.action_low = np.array([-0.3, -0.3, 0.005, 0.0])
+        self.action_high = np.array([0.3, 0.3, 0.3, 1.0])
+        m = self.model
+        self._root_q = int(m.jnt_qposadr[m.joint("rope_root").id])
+        self._root_v = int(m.jnt_dofadr[m.joint("rope_root").id])
+        self._ball_q = np.array([m.jnt_qposadr[m.joint(f"rope_j{i}").id] for i in range(1, LINKS)])
+        self.goal = u_curve(LINK * np.arange(LINKS + 1))
+        self._jac = mujoco.MjData(m)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def chain_qpos(self, boundary: np.ndarray) -> np.ndarray:
+        """``(nq,)`` positions (gripper at 0) of the chain whose capsules point from each of the
+        ``(9, 3)`` boundary points to the next (first point kept; no twist about the links)."""
+        qpos = np.zeros(self.model.nq)
+        d = np.diff(boundary, axis=0)
+        d /= np.linalg.norm(d, axis=1, keepdims=True)
+        x = np.array([1.0, 0.0, 0.0])
+        q = _quat_between(x, d[0])
+        qpos[self._root_q : self._root_q + 3] = boundary[0]
+        qpos[self._root_q + 3 : self._root_q + 7] = q
+        for i, adr in enumerate(self._ball_q, start=1):
+            rot = np.empty(9)
+            mujoco.mju_quat2Mat(rot, q)
+            rel = _quat_between(x, rot.reshape(3, 3).T @ d[i])
+            qpos[adr : adr + 4] = rel
+            mujoco.mju_mulQuat(q, q.copy(), rel)
+        return qpos
+
+    def guess(self, points, velocities):
+        """The chain through the keypoints' polyline (the boundary points between two keypoints
+        halfway along it), and the joint velocities that best match the interpolated boundary
+        velocities (least squares through the points' Jacobians)."""
+        m, d = self.model, self._jac
+        half = lambda p: np.concatenate([np.stack([p[:-1], (p[:-1] + p[1:]) / 2], axis=1).reshape(-1, 3), p[-1:]])  # noqa: E731
+        qpos = self.chain_qpos(half(points))
+        d.qpos[:] = qpos
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+        jac = np.empty((3, m.nv))
+        rows = []
+        for s in self._sites:  # every point p0..p8, in order
+            mujoco.mj_jacSite(m, d, jac, None, int(s))
+            rows.append(jac[:, 3:].copy())
+        qvel = np.zeros(m.nv)
+        qvel[3:] = np.linalg.lstsq(np.concatenate(rows), half(velocities).ravel(), rcond=1e-6)[0]
+        return qpos, qvel
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        m = self.model
+        yaw = np.cumsum(np.deg2rad(np.concatenate([[rng.uniform(-3, 3)], rng.uniform(-4, 4, LINKS - 1)])))
+        steps = LINK * np.stack([np.cos(yaw), np.sin(yaw), np.zeros(LINKS)], axis=1)
+        start = np.array([*(START + rng.uniform(-0.004, 0.004, 2)), RADIUS])
+        qpos = self.chain_qpos(np.concatenate([[start], start + np.cumsum(steps, axis=0)]))
+        qpos[0:3] = [rng.uniform(0.0, 0.2), rng.uniform(-0.12, 0.04), rng.uniform(0.05, 0.12)]
+        return np.concatenate([qpos, np.zeros(m.nv + m.na)])
+
+    def param_space(self) -> ParamSpace:
+        """The rope's bending stiffness (N m/rad, every joint) and damping (N m s/rad), its
+        friction (on the table and the gripper), the mass of each capsule (kg) and its radius
+        (thickness, m)."""
+        joints = [f"rope_j{i}" for i in range(1, LINKS)]
+        geoms = [f"rope_g{i}" for i in range(LINKS)]
+        return ParamSpace((
+            Param("rope_stiffness", tuple(f"jnt:{j}/stiffness" for j in joints), 0.0002, 0.02, 0.002, 0.001),
+            Param("rope_damping", tuple(f"dof:{j}/damping" for j in joints), 0.0, 0.005, 0.0005, 0.0005),
+            Param("rope_friction", tuple(f"geom:{g}/friction[0]" for g in geoms), 0.1, 1.5, 0.5, 0.2),
+            Param("rope_mass", tuple(f"body:rope_{i}/mass" for i in range(LINKS)), 0.001, 0.02, 0.005, 0.002),
+            Param("rope_thickness", tuple(f"geom:{g}/size[0]" for g in geoms), 0.003, 0.012, RADIUS, 0.002),
+        ))
+
+    def default_proposer(self) -> SwingScript:
+        """Carry the free end over onto its place (:class:`~twinloop.tasks.deformable.SwingScript`)
+        with :data:`SWING`."""
+        start = np.array([START[0] + LENGTH, START[1], RADIUS])
+        return SwingScript(self, self.point_index(self.grasp_point), start, self.goal_of(self.grasp_point), SWING)

@@ -1,0 +1,234 @@
+"""Deformable tasks (cloth-fold, rope-shape): grasp in the twin state, keypoint -> state, success,
+shifted cloth physics, scripted proposers."""
+
+import json
+
+import mujoco
+import numpy as np
+import pytest
+
+from twinloop.calib import CalibConfig, calibrate
+from twinloop.calib.windows import record_trajectory
+from twinloop.control import RefinerConfig
+from twinloop.policies.distilled import PolicyConfig
+from twinloop.run.distill import DistillConfig, run_distill
+from twinloop.tasks import make_task
+from twinloop.tasks.cloth_fold import fold
+from twinloop.tasks.rope_shape import LINK, LINKS, u_curve
+from twinloop.twin import MujocoTwin
+from twinloop.worlds import ShiftedWorld, SimWorld
+
+TASK_NAMES = ("cloth-fold", "rope-shape")
+
+
+@pytest.fixture(scope="module", params=TASK_NAMES)
+def task(request):
+    return make_task(request.param)
+
+
+@pytest.fixture(scope="module")
+def cloth():
+    return make_task("cloth-fold")
+
+
+@pytest.fixture(scope="module")
+def rope():
+    return make_task("rope-shape")
+
+
+def grasp_and_lift(task, steps=100, seed=0):
+    """A data at rest with the gripper over the grasped point; controls ``(steps, 4)`` that close
+    the grasp for 40 steps, then lift 2 mm per step."""
+    m = task.model
+    d = mujoco.MjData(m)
+    d.qpos[:] = task.initial_state(np.random.default_rng(seed))[: m.nq]
+    mujoco.mj_forward(m, d)
+    p = d.site_xpos[m.site("grasp_target").id].copy()
+    d.qpos[0:3] = p + [0, 0, 0.01]
+    mujoco.mj_forward(m, d)
+    lift = [0.01 + 0.002 * max(k - 40, 0) for k in range(steps)]
+    return d, p, np.array([[p[0], p[1], p[2] + z, 1.0] for z in lift])
+
+
+def point(task, d, site="grasp_target"):
+    return d.site_xpos[task.model.site(site).id].copy()
+
+
+def test_grasp_lifts_the_point_and_release_drops_it(task):
+    m = task.model
+    d, p, ctrl = grasp_and_lift(task)
+    for u in ctrl:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+    assert point(task, d)[2] > p[2] + 0.08  # carried up with the gripper
+    d.ctrl[3] = 0.0
+    for _ in range(100):
+        mujoco.mj_step(m, d)
+    assert point(task, d)[2] < p[2] + 0.02  # back on the table
+    assert task.grasp_gap(d.qpos) > task.capture_radius
+
+
+def test_grasp_does_not_reach_beyond_its_capture_radius(task):
+    m = task.model
+    d, p, ctrl = grasp_and_lift(task)
+    d.qpos[2] = p[2] + 1.5 * task.capture_radius
+    for _ in range(60):
+        d.ctrl[:] = [*d.qpos[0:3], 1.0]
+        mujoco.mj_step(m, d)
+    assert np.linalg.norm(point(task, d) - p) < 0.003
+
+
+@pytest.mark.parametrize("cut", [3, 60])  # closing (activation mid-way), carrying
+def test_a_rollout_from_a_mid_grasp_state_continues_the_simulation_exactly(task, cut):
+    m = task.model
+    d, _, ctrl = grasp_and_lift(task)
+    for u in ctrl[:cut]:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+    state = np.concatenate([d.qpos, d.qvel, d.act])
+    assert (0.1 < d.act[0] < 0.9) == (cut == 3)
+    for u in ctrl[cut:]:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+    r = MujocoTwin(m, nthread=1).rollout(state, ctrl[cut:])
+    # to the constraint solver's tolerance: its warm start (last step's accelerations) is a
+    # guess the solver refines, not physical state; a lost grasp would be centimetres off
+    np.testing.assert_allclose(r.qpos[0, 0, -1], d.qpos, atol=1e-6)
+    np.testing.assert_allclose(r.qvel[0, 0, -1], d.qvel, atol=1e-4)
+
+
+def episode_states(task, seed=3, ticks=6):
+    """True states along the scripted proposer's first ticks in the nominal world (mid-task)."""
+    world, prop = SimWorld(task), task.default_proposer()
+    obs = world.reset(seed)
+    out = []
+    for _ in range(ticks):
+        obs, _ = world.step(prop.propose(obs, task.state_from_obs(obs))[0])
+        out.append((world.true_state(), obs))
+    return out
+
+
+def test_keypoints_give_back_a_known_shape_within_a_centimetre(task):
+    m = task.model
+    for truth, obs in episode_states(task):
+        est = task.state_from_obs(obs)
+        true_pts = task.keypoint_positions(truth[: m.nq])
+        est_pts = task.keypoint_positions(est[: m.nq])
+        err = np.linalg.norm(est_pts - true_pts, axis=-1)
+        assert err.mean() < 0.01 and err.max() < 0.03
+        np.testing.assert_allclose(est[m.nq + m.nv :], truth[m.nq + m.nv :])  # grasp activation
+
+
+def test_the_cloth_estimate_recovers_every_vertex_of_a_folded_towel(cloth):
+    m = cloth.model
+    qpos = np.zeros(m.nq)
+    qpos[0:3] = [0.0, 0.0, 0.2]
+    verts = fold(cloth.rest)  # a towel folded flat is piecewise linear over the keypoint grid
+    qpos[cloth._vq[:, None] + np.arange(3)] = verts - cloth.rest
+    d = mujoco.MjData(m)
+    d.qpos[:] = qpos
+    mujoco.mj_forward(m, d)
+    est = cloth.state_from_obs(cloth.obs_from_data(m, d))
+    assert np.abs(cloth.vertices(est[: m.nq]) - verts).max() < 0.004
+
+
+def test_the_estimate_depends_on_the_observation_alone(task):
+    (_, obs_a), (_, obs_b) = episode_states(task, ticks=2)
+    first = task.state_from_obs(obs_a)
+    task.state_from_obs(obs_b)
+    np.testing.assert_array_equal(task.state_from_obs(obs_a), first)
+
+
+def test_success_fires_on_a_folded_towel_and_not_on_a_flat_one(cloth):
+    m = cloth.model
+    flat = np.zeros(m.nq)
+    flat[0:3] = [0.0, 0.0, 0.2]
+    folded = flat.copy()
+    folded[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    assert cloth.success(folded) and cloth.error(folded) < 1e-9
+    assert not cloth.success(flat) and cloth.error(flat) > 0.05
+    held = folded.copy()
+    held[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.01]  # still pinching corner a
+    assert not cloth.success(held)
+
+
+def test_success_fires_on_a_rope_laid_in_the_u_and_not_on_a_straight_one(rope):
+    u = rope.chain_qpos(u_curve(LINK * np.arange(LINKS + 1)))
+    u[0:3] = [0.0, 0.0, 0.2]
+    assert rope.success(u) and rope.error(u) < 0.003  # 4 cm links cut the turn's arc by 2 mm
+    straight = rope.initial_state(np.random.default_rng(0))[: rope.model.nq]
+    straight[0:3] = [0.0, 0.0, 0.2]
+    assert not rope.success(straight) and rope.error(straight) > 0.05
+
+
+def test_shifted_worlds_hide_other_cloth_physics_drawn_from_their_seed(cloth):
+    a, again, b = ShiftedWorld(cloth, 2, 0), ShiftedWorld(cloth, 2, 0), ShiftedWorld(cloth, 2, 1)
+    nominal = cloth.param_space().nominal
+    assert np.all(np.abs(np.log(a.hidden_params / nominal)) > 0.3)  # every parameter moved
+    np.testing.assert_array_equal(a.hidden_params, again.hidden_params)
+    assert not np.allclose(a.hidden_params, b.hidden_params)
+    # and the physics really differ: bending stiffness goes as E t^3, mass as written
+    E, t = (a.hidden_params / nominal)[:2]
+    np.testing.assert_allclose(a.model.flex_bending, cloth.model.flex_bending * E * t**3)
+    verts = cloth.model.flex_vertbodyid
+    np.testing.assert_allclose(a.model.body_mass[verts].sum(), a.hidden_params[4])
+
+
+def test_the_grasp_activation_is_observed_exactly_in_a_shifted_world(cloth):
+    world = ShiftedWorld(cloth, 2, 0)
+    assert cloth.obs_units()[cloth.obs_names.index("grasp")] == "1"
+    assert world.obs_noise[cloth.obs_names.index("grasp")] == 0.0
+    assert world.obs_noise[cloth.obs_names.index("corner_a_x")] > 0.0
+
+
+def test_the_scripted_proposer_completes_the_task_in_the_nominal_world(task):
+    world, prop = SimWorld(task), task.default_proposer()
+    obs = world.reset(90000)
+    for _ in range(task.max_ticks):
+        obs, info = world.step(prop.propose(obs, task.state_from_obs(obs))[0])
+        if task.success(info["qpos"]):
+            break
+    assert task.success(info["qpos"])
+
+
+def test_ghost_traces_follow_the_gripper_and_the_grasped_point(task):
+    m = task.model
+    d, _, ctrl = grasp_and_lift(task, steps=60)
+    r = MujocoTwin(m, nthread=1).rollout(np.concatenate([d.qpos, d.qvel, d.act]), ctrl)
+    pts = task.trace_points(r.qpos[0], r.sensordata[0])
+    assert pts.shape == (1, 61, 1 + len(task.trace_keypoints), 3)
+    np.testing.assert_allclose(pts[0, -1, 0], r.qpos[0, 0, -1, 0:3], atol=1e-9)  # the gripper
+    np.testing.assert_allclose(pts[0, -1, 1], task.keypoint_positions(r.qpos[0, 0, -1])[task.point_index(task.trace_keypoints[0])], atol=1e-9)
+
+
+def test_the_run_command_compares_base_and_refined_on_a_deformable(tmp_path):
+    from typer.testing import CliRunner
+
+    from twinloop.cli import app
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", "--task", "rope-shape", "--episodes", "1", "-k", "4", "--max-ticks", "3",
+                                   "--no-video", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["controller"] for r in summary["results"]] == ["base", "refined"]
+    assert summary["world"]["params"].keys() == set(make_task("rope-shape").param_space().names)
+    assert sorted(p.name for p in (out / "episodes").iterdir()) == ["base", "refined"]
+
+
+def test_calibration_runs_on_deformable_episodes(rope):
+    world = ShiftedWorld(rope, 2, 0)
+    episodes = [record_trajectory(world, rope.excitation(s), s, 10) for s in range(2)]
+    post = calibrate(rope, episodes, method="cma", config=CalibConfig(max_evals=24, window=3, errors_in_variables=False))
+    space = rope.param_space()
+    assert post.estimate.shape == (len(space),) and np.all(np.isfinite(post.estimate))
+    assert np.all(post.estimate >= space.low) and np.all(post.estimate <= space.high)
+
+
+def test_distillation_runs_on_a_deformable(tmp_path):
+    pytest.importorskip("torch")
+    cfg = DistillConfig(task="rope-shape", world="shifted", collect=1, episodes=1, dagger_episodes=1, rounds=1,
+                        refiner=RefinerConfig(num_samples=4), k_sweep=(), policy=PolicyConfig(epochs=2),
+                        max_ticks=3, out=str(tmp_path / "d"))
+    summary = run_distill(cfg, log=lambda msg: None)
+    assert [r["controller"] for r in summary["results"]] == ["distilled", "distilled+refined", "refined"]
