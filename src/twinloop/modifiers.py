@@ -1,0 +1,269 @@
+"""How each kind of physical parameter is written into a model: one modifier per kind.
+
+An address ``OBJECT:NAME/FIELD[i]`` names a parameter's target; its ``(OBJECT, FIELD)`` picks
+the modifier, which resolves ``NAME`` in a model to the *cells* it writes (model array, index)
+and computes their values from the parameter ``x`` and the cells' nominal values. The value
+rules use arithmetic only, so the same rule writes a NumPy ``MjModel`` in place
+(:func:`write_model`) and returns a new MJX model under JAX tracing (:func:`write_mjx`): each
+kind is said once, for every backend and for calibration.
+
+Kinds (``obj:field``; units in brackets)::
+
+    contact   geom|pair:sliding  torsional  rolling     friction coefficients (a pair's sliding
+                                                        writes both tangential directions)
+              geom|pair:timeconst  dampratio            solref [s], [-]
+              geom|pair:solimp[i]                       impedance (raw field)
+    actuator  actuator:kp  kv                           position servo gains [N/m], [N s/m]
+              actuator:gear  bias  forcelimit           gear ratio, constant force [N],
+                                                        symmetric force limit [N]
+    joint     joint:damping  armature  frictionloss  stiffness
+    body      body:mass                                 [kg], rotational inertia scaled alike
+              body:com[i]                               centre of mass offset [m]
+    geometry  geom:size[i]                              [m]; bounding volumes grown to match
+    sensor    sensor:JOINT/bias  gain                   measured = gain * true + bias, for a
+                                                        joint's position and velocity
+    timing    timing:ctrl/delay                         actuation delay [s] (fractional steps
+                                                        blend the neighbouring shifts)
+
+Any other model array is addressed raw: ``geom:block/friction[0]``, ``dof:block_x/damping``
+(the joint's dof), ``jnt:hinge/stiffness``, ``actuator:px/gear[0]``, ``pair:pb/margin``.
+
+MuJoCo combines two geoms' contact parameters (friction: the larger of the two; solref: a
+mix), so a geom's friction cannot be set below its partner's. An explicit contact ``pair``
+(plus an ``exclude`` of the two bodies' automatic contacts) gives one contact its own values:
+``pair:pusher_block/sliding`` sets pusher-block friction while ``geom:floor/sliding`` and
+``geom:block/sliding`` set block-floor friction.
+
+Inertial kinds (mass, centre of mass, armature) need derived constants refreshed
+(``mj_setConst``); signal kinds (sensor, timing) write no model cell: calibration applies
+them to the replayed controls and the predicted states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from twinloop.errors import TwinloopError
+
+OBJECTS = {
+    "geom": mujoco.mjtObj.mjOBJ_GEOM,
+    "pair": mujoco.mjtObj.mjOBJ_PAIR,
+    "body": mujoco.mjtObj.mjOBJ_BODY,
+    "joint": mujoco.mjtObj.mjOBJ_JOINT,
+    "dof": mujoco.mjtObj.mjOBJ_JOINT,
+    "jnt": mujoco.mjtObj.mjOBJ_JOINT,
+    "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
+    "sensor": mujoco.mjtObj.mjOBJ_JOINT,  # a sensor parameter names the joint it measures
+    "timing": None,
+}
+
+Cell = tuple[str, tuple[int, ...]]  # (MjModel attribute, index into it)
+
+
+@dataclass(frozen=True)
+class Modifier:
+    """One kind of parameter: where it writes and how its value becomes the cells' values.
+
+    Attributes:
+        objects: address kinds it serves (``geom``, ``pair`` ...).
+        field: the address field (``sliding``, ``kp`` ...).
+        doc: what it is, with its unit.
+        cells: ``f(model, obj, id, index) -> [(attribute, index), ...]`` the cells written
+            (``obj``: the address kind, ``id``: the named object's id, ``index``: the
+            address's ``[i]`` or ``None``).
+        values: ``f(x, base) -> values`` per cell, from the parameter and the cells' nominal
+            values ``base`` (arithmetic only: it runs on NumPy and JAX arrays).
+        inertial: the change needs ``mj_setConst``.
+        signal: acts on signals (controls, measurements), not on the model.
+    """
+
+    objects: tuple[str, ...]
+    field: str
+    doc: str
+    cells: Callable = lambda model, obj, oid, i: []
+    values: Callable = lambda x, base: [x]
+    inertial: bool = False
+    signal: bool = False
+
+    def read(self, model: mujoco.MjModel, cells: list[Cell]) -> float:
+        """The parameter's value in ``model`` (from its first cell; 0 for a signal kind)."""
+        if not cells:
+            return 0.0
+        attr, idx = cells[0]
+        v = float(getattr(model, attr)[idx])
+        # the modifiers whose first cell holds a negated or scaled value invert it here
+        return {"kv": -v, "forcelimit": -v}.get(self.field, v)
+
+
+def _one(attr: str, col: int | None = None) -> Callable:
+    return lambda model, obj, oid, i: [(attr, (oid,) if col is None else (oid, col))]
+
+
+def _dof(attr: str) -> Callable:
+    return lambda model, obj, oid, i: [(attr, (int(model.jnt_dofadr[oid]),))]
+
+
+def _indexed(attr: str) -> Callable:
+    def cells(model, obj, oid, i):
+        if i is None:
+            raise TwinloopError(f"{attr} needs an index, e.g. [0]")
+        return [(attr, (oid, i))]
+    return cells
+
+
+def _mass_cells(model, obj, oid, i):
+    return [("body_mass", (oid,))] + [("body_inertia", (oid, k)) for k in range(3)]
+
+
+def _mass_values(x, base):
+    # the body keeps its density distribution: inertia scales with the mass
+    ratio = x / base[0]
+    return [x, base[1] * ratio, base[2] * ratio, base[3] * ratio]
+
+
+def _size_cells(model, obj, oid, i):
+    if i is None:
+        raise TwinloopError("geom size needs an index, e.g. size[0]")
+    return [("geom_size", (oid, i)), ("geom_rbound", (oid,))] + [("geom_aabb", (oid, 3 + k)) for k in range(3)]
+
+
+def _size_values(x, base):
+    # grow the bounding sphere and box by the same factor (a bound larger than the geom only
+    # culls fewer pairs; a smaller one would miss contacts)
+    grow = 1.0 + (x - base[0]) / base[0] * (x > base[0])
+    return [x, base[1] * grow, base[2] * grow, base[3] * grow, base[4] * grow]
+
+
+def _servo_check(model, oid):
+    if not (model.actuator_gaintype[oid] == mujoco.mjtGain.mjGAIN_FIXED
+            and model.actuator_biastype[oid] == mujoco.mjtBias.mjBIAS_AFFINE
+            and model.actuator_gainprm[oid, 0] == -model.actuator_biasprm[oid, 1]):
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, oid)
+        raise TwinloopError(f"actuator {name!r} is not a position servo (gainprm[0] = -biasprm[1]); kp/kv do not apply")
+
+
+def _kp_cells(model, obj, oid, i):
+    _servo_check(model, oid)
+    return [("actuator_gainprm", (oid, 0)), ("actuator_biasprm", (oid, 1))]
+
+
+def _kv_cells(model, obj, oid, i):
+    _servo_check(model, oid)
+    return [("actuator_biasprm", (oid, 2))]
+
+
+def _forcelimit_cells(model, obj, oid, i):
+    if not model.actuator_forcelimited[oid]:
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, oid)
+        raise TwinloopError(f"actuator {name!r} has no force limit in the scene (forcelimited false); give it a "
+                            "forcerange there before fitting one")
+    return [("actuator_forcerange", (oid, 0)), ("actuator_forcerange", (oid, 1))]
+
+
+def _friction(geom_col: int, pair_cols: tuple[int, ...]) -> Callable:
+    # a geom holds (sliding, torsional, rolling); a pair (sliding x2, torsional, rolling x2)
+    def cells(model, obj, oid, i):
+        if obj == "pair":
+            return [("pair_friction", (oid, c)) for c in pair_cols]
+        return [("geom_friction", (oid, geom_col))]
+    return cells
+
+
+def _solref(col: int) -> Callable:
+    return lambda model, obj, oid, i: [(f"{obj}_solref", (oid, col))]
+
+
+MODIFIERS: dict[tuple[str, str], Modifier] = {}
+
+
+def register(modifier: Modifier) -> Modifier:
+    """Add a kind (one entry per address kind it serves)."""
+    for obj in modifier.objects:
+        MODIFIERS[(obj, modifier.field)] = modifier
+    return modifier
+
+
+for _m in (
+    Modifier(("geom", "pair"), "sliding", "sliding friction coefficient", _friction(0, (0, 1))),
+    Modifier(("geom", "pair"), "torsional", "torsional friction coefficient (m)", _friction(1, (2,))),
+    Modifier(("geom", "pair"), "rolling", "rolling friction coefficient (m)", _friction(2, (3, 4))),
+    Modifier(("geom", "pair"), "timeconst", "contact stiffness: solref time constant (s)", _solref(0)),
+    Modifier(("geom", "pair"), "dampratio", "contact damping: solref damping ratio", _solref(1)),
+    Modifier(("actuator",), "kp", "position servo stiffness (N/m or N m/rad)", _kp_cells, lambda x, b: [x, -x]),
+    Modifier(("actuator",), "kv", "position servo damping (N s/m)", _kv_cells, lambda x, b: [-x]),
+    Modifier(("actuator",), "gear", "transmission gear ratio", _one("actuator_gear", 0)),
+    Modifier(("actuator",), "bias", "constant actuator force offset (N)", _one("actuator_biasprm", 0)),
+    Modifier(("actuator",), "forcelimit", "symmetric actuator force limit (N)", _forcelimit_cells,
+             lambda x, b: [-x, x]),
+    Modifier(("joint",), "damping", "joint damping (N s/m or N m s/rad)", _dof("dof_damping")),
+    Modifier(("joint",), "armature", "joint armature (kg or kg m^2)", _dof("dof_armature"), inertial=True),
+    Modifier(("joint",), "frictionloss", "joint dry friction (N or N m)", _dof("dof_frictionloss")),
+    Modifier(("joint",), "stiffness", "joint spring stiffness (N/m or N m/rad)", _one("jnt_stiffness")),
+    Modifier(("body",), "mass", "body mass (kg), rotational inertia scaled alike", _mass_cells, _mass_values,
+             inertial=True),
+    Modifier(("body",), "com", "centre of mass offset in the body frame (m)", _indexed("body_ipos"), inertial=True),
+    Modifier(("geom",), "size", "geom size (m); bounding volumes grown to match", _size_cells, _size_values),
+    Modifier(("sensor",), "bias", "measurement offset of a joint's position (m or rad)", signal=True),
+    Modifier(("sensor",), "gain", "measurement gain of a joint's position and velocity", signal=True),
+    Modifier(("timing",), "delay", "actuation delay (s)", signal=True),
+):
+    register(_m)
+
+
+def raw_cells(obj: str, field: str, model: mujoco.MjModel, oid: int, index: int | None) -> list[Cell]:
+    """Cells of a raw address (any ``{obj}_{field}`` array of the model; ``dof`` reads the
+    joint's dof)."""
+    prefix = {"joint": "jnt"}.get(obj, obj)
+    attr = f"{prefix}_{field}"
+    if not hasattr(model, attr) or not isinstance(getattr(model, attr), np.ndarray):
+        raise TwinloopError(f"model has no field {attr!r}")
+    row = int(model.jnt_dofadr[oid]) if obj == "dof" else oid
+    arr = getattr(model, attr)
+    if arr.ndim == 2 and index is None and arr.shape[1] > 1:
+        raise TwinloopError(f"{attr} has {arr.shape[1]} columns; give an index like [0]")
+    if index is not None and (arr.ndim == 1 or index >= arr.shape[1]):
+        raise TwinloopError(f"index [{index}] out of range for {attr}")
+    return [(attr, (row,) if index is None else (row, index))]
+
+
+def write_model(model: mujoco.MjModel, cells: list[Cell], values) -> None:
+    """Write ``values`` into ``model``'s cells in place (the NumPy form)."""
+    for (attr, idx), v in zip(cells, values, strict=True):
+        getattr(model, attr)[idx] = v
+
+
+def write_mjx(model, cells: list[Cell], values):
+    """A copy of an MJX model with ``values`` in its cells (the JAX form, traceable)."""
+    for (attr, idx), v in zip(cells, values, strict=True):
+        arr = getattr(model, attr)
+        if isinstance(arr, np.ndarray):
+            raise TwinloopError(f"MJX keeps {attr} static; it cannot vary per particle or be differentiated")
+        model = model.replace(**{attr: arr.at[idx].set(v)})
+    return model
+
+
+def delay_controls(ctrl: np.ndarray, delay_steps: float, before: np.ndarray) -> np.ndarray:
+    """``ctrl (..., T, nu)`` per physics step reaching the actuators ``delay_steps`` (>= 0)
+    late; ``before (..., nu)`` fills the start. A fractional delay blends the two neighbouring
+    whole shifts, so a fitted delay moves the replay continuously."""
+    lo = int(np.floor(delay_steps))
+    w = float(delay_steps) - lo
+    a = _shift(ctrl, lo, before)
+    return a if w == 0 else (1 - w) * a + w * _shift(ctrl, lo + 1, before)
+
+
+def _shift(ctrl: np.ndarray, k: int, before: np.ndarray) -> np.ndarray:
+    if k <= 0:
+        return ctrl
+    T = ctrl.shape[-2]
+    k = min(k, T)
+    pad = np.repeat(before[..., None, :], k, axis=-2)
+    return np.concatenate([pad, ctrl[..., : T - k, :]], axis=-2)
+
+
+__all__ = ["MODIFIERS", "OBJECTS", "Modifier", "delay_controls", "raw_cells", "register", "write_model",
+           "write_mjx"]
