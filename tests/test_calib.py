@@ -204,6 +204,21 @@ def test_holdout_error_drops_after_the_fit(task, space):
     assert after < before
 
 
+def test_a_fit_that_worsens_held_out_error_keeps_the_previous_parameters(task, space):
+    # trained on one world, judged on another whose physics is the starting point's
+    train = record(task, space, 2, truth=np.array([0.9, 0.9]))
+    held = record(task, space, 1, truth=space.nominal)
+    cfg = CalibConfig(max_evals=40, errors_in_variables=False)
+    post = calibrate(task, train, space, holdout=held, config=cfg)
+    assert post.holdout_error[1] > post.holdout_error[0]
+    assert post.kept_previous and np.array_equal(post.estimate, space.nominal)
+    assert not np.allclose(post.fitted, space.nominal)  # the fit itself moved, and is kept for reading
+    assert "FIT REJECTED" in post.report()
+    kept = calibrate(task, train, space, holdout=held, config=CalibConfig(max_evals=40, errors_in_variables=False,
+                                                                           keep_if_worse=False))
+    assert not kept.kept_previous and np.array_equal(kept.estimate, kept.fitted)
+
+
 def test_actuation_delay_is_estimated(task, space):
     world = DelayedWorld(task, space.apply(task.model, TRUTH), delay=4)
     post = calibrate(task, record(task, space, 2, world=world), space,

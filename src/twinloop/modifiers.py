@@ -34,8 +34,9 @@ mix), so a geom's friction cannot be set below its partner's. An explicit contac
 ``pair:pusher_block/sliding`` sets pusher-block friction while ``geom:floor/sliding`` and
 ``geom:block/sliding`` set block-floor friction.
 
-Inertial kinds (mass, centre of mass, armature) need derived constants refreshed
-(``mj_setConst``); signal kinds (sensor, timing) write no model cell: calibration applies
+Inertial kinds (mass, centre of mass, armature) and size need derived constants refreshed
+(``mj_setConst``; MJX has none, so there they stay nominal, and a size's bounding volumes are
+grown conservatively); signal kinds (sensor, timing) write no model cell: calibration applies
 them to the replayed controls and the predicted states.
 """
 
@@ -77,7 +78,11 @@ class Modifier:
             address's ``[i]`` or ``None``).
         values: ``f(x, base) -> values`` per cell, from the parameter and the cells' nominal
             values ``base`` (arithmetic only: it runs on NumPy and JAX arrays).
-        inertial: the change needs ``mj_setConst``.
+        set_const: the change needs ``mj_setConst`` (derived constants: inertia-derived
+            quantities, bounding volumes).
+        flags: ``f(model, id) -> [((attribute, index), value)]`` structural flags the NumPy
+            form sets once (e.g. "the centre of mass is at the body origin" is no longer true);
+            an MJX model must have them already.
         signal: acts on signals (controls, measurements), not on the model.
     """
 
@@ -85,8 +90,9 @@ class Modifier:
     field: str
     doc: str
     cells: Callable = lambda model, obj, oid, i: []
-    values: Callable = lambda x, base: [x]
-    inertial: bool = False
+    values: Callable = lambda x, base: [x] * len(base)
+    set_const: bool = False
+    flags: Callable = lambda model, oid: []
     signal: bool = False
 
     def read(self, model: mujoco.MjModel, cells: list[Cell]) -> float:
@@ -133,14 +139,14 @@ def _size_cells(model, obj, oid, i):
 
 def _size_values(x, base):
     # grow the bounding sphere and box by the same factor (a bound larger than the geom only
-    # culls fewer pairs; a smaller one would miss contacts)
+    # culls fewer pairs; a smaller one would miss contacts); mj_setConst makes them exact
     grow = 1.0 + (x - base[0]) / base[0] * (x > base[0])
     return [x, base[1] * grow, base[2] * grow, base[3] * grow, base[4] * grow]
 
 
 def _servo_check(model, oid):
-    if not (model.actuator_gaintype[oid] == mujoco.mjtGain.mjGAIN_FIXED
-            and model.actuator_biastype[oid] == mujoco.mjtBias.mjBIAS_AFFINE
+    if not (int(model.actuator_gaintype[oid]) == int(mujoco.mjtGain.mjGAIN_FIXED)
+            and int(model.actuator_biastype[oid]) == int(mujoco.mjtBias.mjBIAS_AFFINE)
             and model.actuator_gainprm[oid, 0] == -model.actuator_biasprm[oid, 1]):
         name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, oid)
         raise TwinloopError(f"actuator {name!r} is not a position servo (gainprm[0] = -biasprm[1]); kp/kv do not apply")
@@ -200,13 +206,15 @@ for _m in (
     Modifier(("actuator",), "forcelimit", "symmetric actuator force limit (N)", _forcelimit_cells,
              lambda x, b: [-x, x]),
     Modifier(("joint",), "damping", "joint damping (N s/m or N m s/rad)", _dof("dof_damping")),
-    Modifier(("joint",), "armature", "joint armature (kg or kg m^2)", _dof("dof_armature"), inertial=True),
+    Modifier(("joint",), "armature", "joint armature (kg or kg m^2)", _dof("dof_armature"), set_const=True),
     Modifier(("joint",), "frictionloss", "joint dry friction (N or N m)", _dof("dof_frictionloss")),
     Modifier(("joint",), "stiffness", "joint spring stiffness (N/m or N m/rad)", _one("jnt_stiffness")),
     Modifier(("body",), "mass", "body mass (kg), rotational inertia scaled alike", _mass_cells, _mass_values,
-             inertial=True),
-    Modifier(("body",), "com", "centre of mass offset in the body frame (m)", _indexed("body_ipos"), inertial=True),
-    Modifier(("geom",), "size", "geom size (m); bounding volumes grown to match", _size_cells, _size_values),
+             set_const=True),
+    Modifier(("body",), "com", "centre of mass offset in the body frame (m)", _indexed("body_ipos"), set_const=True,
+             flags=lambda model, oid: [(("body_sameframe", (oid,)), 0), (("body_simple", (oid,)), 0)]),
+    Modifier(("geom",), "size", "geom size (m); bounding volumes grown to match", _size_cells, _size_values,
+             set_const=True),
     Modifier(("sensor",), "bias", "measurement offset of a joint's position (m or rad)", signal=True),
     Modifier(("sensor",), "gain", "measurement gain of a joint's position and velocity", signal=True),
     Modifier(("timing",), "delay", "actuation delay (s)", signal=True),

@@ -113,8 +113,11 @@ class Target:
     oid: int
 
     @property
-    def inertial(self) -> bool:
-        return self.modifier is not None and self.modifier.inertial
+    def set_const(self) -> bool:
+        return self.modifier is not None and self.modifier.set_const
+
+    def flags(self, model: mujoco.MjModel) -> list:
+        return [] if self.modifier is None else self.modifier.flags(model, self.oid)
 
     def values(self, x, base) -> list:
         return [x] if self.modifier is None else self.modifier.values(x, base)
@@ -268,13 +271,15 @@ class ParamSpace:
         if v.ndim != 1:
             raise TwinloopError(f"apply takes one value vector ({len(self)},), got {v.shape}; use models() for a batch")
         m = copy.copy(model)
-        inertial = False
+        refresh = False
         for x, targets in zip(v, self.resolve(m), strict=True):
             for t in targets:
                 base = [float(getattr(model, a)[i]) for a, i in t.cells]
+                for (attr, idx), flag in t.flags(m):
+                    getattr(m, attr)[idx] = flag
                 write_model(m, t.cells, t.values(float(x), base))
-                inertial |= t.inertial
-        if inertial:
+                refresh |= t.set_const
+        if refresh:
             mujoco.mj_setConst(m, mujoco.MjData(m))
         return m
 
@@ -291,6 +296,10 @@ class ParamSpace:
         plan = []
         for i, targets in enumerate(self.resolve(model)):
             for t in targets:
+                for (attr, idx), flag in t.flags(model):
+                    if getattr(model, attr)[idx] != flag:
+                        raise TwinloopError(f"param {self.params[i].name!r}: MJX cannot change the static {attr}; "
+                                            f"compile the scene with it set (e.g. body simple='false')")
                 if t.modifier is None or not t.modifier.signal:
                     plan.append((i, t, [float(getattr(model, a)[k]) for a, k in t.cells]))
 
@@ -372,14 +381,14 @@ class ParamSpace:
                     raise TwinloopError(f"from_model: no body named {b!r} in the model")
                 ids.append(i)
 
-        def name(obj, i):
-            return mujoco.mj_id2name(model, obj, i) or f"{obj.name[6:].lower()}{i}"
+        def name(obj, i):  # unnamed objects cannot be addressed and are left out
+            return mujoco.mj_id2name(model, obj, i) or ""
 
         params: list[Param] = []
 
         def add(pname, targets, nominal, low, high):
             low, high = min(low, nominal), max(high, nominal)
-            if high > low:
+            if high > low and all(":/" not in t for t in targets):
                 params.append(Param(pname, tuple(targets), low, high, nominal))
 
         def scaled(pname, targets, nominal, floor):
@@ -413,14 +422,14 @@ class ParamSpace:
                     scaled(f"{label}_{kind}", [f"geom:{g}/{kind}" for g in gnames], nominal, 0.01)
             if "size" in want:
                 for g in geoms:
-                    used = {mujoco.mjtGeom.mjGEOM_SPHERE: 1, mujoco.mjtGeom.mjGEOM_CAPSULE: 2,
-                            mujoco.mjtGeom.mjGEOM_CYLINDER: 2, mujoco.mjtGeom.mjGEOM_BOX: 3,
-                            mujoco.mjtGeom.mjGEOM_ELLIPSOID: 3}.get(int(model.geom_type[g]), 0)
+                    used = {int(mujoco.mjtGeom.mjGEOM_SPHERE): 1, int(mujoco.mjtGeom.mjGEOM_CAPSULE): 2,
+                            int(mujoco.mjtGeom.mjGEOM_CYLINDER): 2, int(mujoco.mjtGeom.mjGEOM_BOX): 3,
+                            int(mujoco.mjtGeom.mjGEOM_ELLIPSOID): 3}.get(int(model.geom_type[g]), 0)
                     for k in range(used):
                         s = float(model.geom_size[g, k])
                         add(f"{name(G, g)}_size{k}", [f"geom:{name(G, g)}/size[{k}]"], s, 0.5 * s, 1.5 * s)
             for j in np.flatnonzero(model.jnt_bodyid == b):
-                if model.jnt_type[j] in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
+                if int(model.jnt_type[j]) in (int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)):
                     continue  # one value for several dofs would need its own kind
                 jn, d = name(J, j), int(model.jnt_dofadr[j])
                 for kind, nominal, floor in (("damping", model.dof_damping[d], 1.0),
@@ -434,10 +443,10 @@ class ParamSpace:
                 if "sensor_gain" in want:
                     add(f"{jn}_sensor_gain", [f"sensor:{jn}/gain"], 1.0, 0.9, 1.1)
                 for a in range(model.nu):
-                    if model.actuator_trntype[a] != mujoco.mjtTrn.mjTRN_JOINT or model.actuator_trnid[a, 0] != j:
+                    if int(model.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT) or model.actuator_trnid[a, 0] != j:
                         continue
                     an = name(A, a)
-                    servo = (model.actuator_biastype[a] == mujoco.mjtBias.mjBIAS_AFFINE
+                    servo = (int(model.actuator_biastype[a]) == int(mujoco.mjtBias.mjBIAS_AFFINE)
                              and model.actuator_gainprm[a, 0] == -model.actuator_biasprm[a, 1])
                     if "kp" in want and servo:
                         scaled(f"{an}_kp", [f"actuator:{an}/kp"], float(model.actuator_gainprm[a, 0]), 1.0)
