@@ -7,6 +7,7 @@
   (``report.py``) are separate modules; it returns a :class:`Posterior`.
 - :func:`gap` (``gap.py``): Gaussian KL, MMD, sliced Wasserstein between world and twin
   transitions, with bootstrap intervals.
+- :class:`GapMonitor` (``monitor.py``): the live gap monitor a controller consults every tick.
 - :func:`infogap_cost` (``infogap.py``): a refiner cost term rewarding informative actions.
 - :func:`run_rsr` (``rsr.py``): collect -> calibrate -> evaluate, resumable.
 """
@@ -14,6 +15,7 @@
 from twinloop.calib.fit import METHODS, CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import METRICS, Gap, GapConfig, divergence, gap, gaps, transitions
 from twinloop.calib.infogap import infogap_cost, information_gain, observed_qpos
+from twinloop.calib.monitor import Alarm, GapMonitor, MonitorConfig
 from twinloop.calib.rsr import RSRConfig, RSRLoop, RSRResult, rsr_table, run_rsr
 from twinloop.calib.windows import (
     StateError,
@@ -26,7 +28,7 @@ from twinloop.calib.windows import (
 )
 
 __all__ = [
-    "METHODS", "METRICS", "CalibConfig", "Gap", "GapConfig", "Posterior", "RSRConfig", "RSRLoop", "RSRResult",
+    "METHODS", "METRICS", "Alarm", "CalibConfig", "Gap", "GapConfig", "GapMonitor", "MonitorConfig", "Posterior", "RSRConfig", "RSRLoop", "RSRResult",
     "StateError", "Trajectory", "Windows", "as_trajectories", "calibrate", "divergence", "free_starts", "gap",
     "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "record_trajectory",
     "rsr_table", "run_rsr", "transitions",

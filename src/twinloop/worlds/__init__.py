@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from twinloop.errors import TwinloopError, choose
 from twinloop.worlds.base import SimWorld, World
+from twinloop.worlds.changing import ChangingWorld
 from twinloop.worlds.gym import GymWorld
 from twinloop.worlds.shifted import ShiftedWorld, shifted_params
 
@@ -22,9 +23,14 @@ def _shifted(task, severity: int = 2, seed: int = 0, **_) -> World:
     return ShiftedWorld(task, severity=severity, seed=seed)
 
 
+def _changing(task, change_at: int | None = 40, factors: dict | None = None, noise: int = 1, **_) -> World:
+    return ChangingWorld(task, change_at=change_at, factors=factors, noise=noise)
+
+
 WORLDS: dict[str, Callable[..., World]] = {
     "shifted": _shifted,
     "nominal": _nominal,
+    "changing": _changing,
 }
 
 
@@ -38,4 +44,4 @@ def make_world(task, name: str, **options) -> World:
     return world
 
 
-__all__ = ["WORLDS", "GymWorld", "ShiftedWorld", "SimWorld", "World", "make_world", "shifted_params"]
+__all__ = ["WORLDS", "ChangingWorld", "GymWorld", "ShiftedWorld", "SimWorld", "World", "make_world", "shifted_params"]

@@ -53,7 +53,7 @@ def shifted_params(task: Task, severity: int, seed: int) -> np.ndarray:
     return np.clip(v, lo, hi)
 
 
-def _noise_scales(task: Task, severity: int) -> np.ndarray:
+def noise_scales(task: Task, severity: int) -> np.ndarray:
     """Per-entry noise std from the units of the task's observation entries."""
     scale = {"m": POS_NOISE, "rad": ANG_NOISE, "m/s": VEL_NOISE, "rad/s": VEL_NOISE}
     units = task.obs_units()
@@ -93,7 +93,7 @@ class ShiftedWorld(SimWorld):
             model.geom_solref[:, 0] *= 2.0
         super().__init__(task, model)
         self.delay_steps = DELAY_STEPS[self.severity]
-        self.obs_noise = _noise_scales(task, self.severity)
+        self.obs_noise = noise_scales(task, self.severity)
         self._queue: deque[np.ndarray] = deque()
 
     def reset(self, seed: int) -> np.ndarray:
