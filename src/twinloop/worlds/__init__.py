@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from twinloop.errors import TwinloopError, choose
 from twinloop.worlds.base import SimWorld, World
+from twinloop.worlds.bullet import BulletWorld
 from twinloop.worlds.changing import ChangingWorld
 from twinloop.worlds.gym import GymWorld
 from twinloop.worlds.shifted import ShiftedWorld, shifted_params
@@ -27,10 +28,15 @@ def _changing(task, change_at: int | None = 40, factors: dict | None = None, noi
     return ChangingWorld(task, change_at=change_at, factors=factors, noise=noise)
 
 
+def _bullet(task, noise: int = 1, **_) -> World:
+    return BulletWorld(task, noise=noise)
+
+
 WORLDS: dict[str, Callable[..., World]] = {
     "shifted": _shifted,
     "nominal": _nominal,
     "changing": _changing,
+    "bullet": _bullet,  # needs the [bullet] extra (PyBullet)
 }
 
 
@@ -44,4 +50,4 @@ def make_world(task, name: str, **options) -> World:
     return world
 
 
-__all__ = ["WORLDS", "ChangingWorld", "GymWorld", "ShiftedWorld", "SimWorld", "World", "make_world", "shifted_params"]
+__all__ = ["WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "ShiftedWorld", "SimWorld", "World", "make_world", "shifted_params"]
