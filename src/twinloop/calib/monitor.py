@@ -56,7 +56,8 @@ class MonitorConfig:
         buffer: ticks of recent data a refit uses.
         refit_ticks: ticks after the alarm at which the refit's particles take over.
         refit: the refit's :class:`CalibConfig` (default: CMA-ES, 120 evaluations, no errors
-            in variables: small and quick).
+            in variables, one particle (the estimate): small and quick, and planning costs
+            what it did).
         pos_scale, angle_scale, vel_scale: error units, as in calibration.
         seed: seed of the prior draws.
     """
@@ -66,10 +67,10 @@ class MonitorConfig:
     quantile: float = 0.99
     margin: float = 2.0
     widen: float = 2.0
-    particles: int = 8
+    particles: int = 4
     buffer: int = 30
     refit_ticks: int = 5
-    refit: CalibConfig = CalibConfig(method="cma", max_evals=120, errors_in_variables=False, particles=8)
+    refit: CalibConfig = CalibConfig(method="cma", max_evals=120, errors_in_variables=False, particles=1)
     pos_scale: float = 1e-3
     angle_scale: float = 5e-2
     vel_scale: float = 2e-2
