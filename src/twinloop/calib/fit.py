@@ -56,6 +56,8 @@ class CalibConfig:
         angle_scale: error unit of angles (rad); loose because a point push makes yaw chaotic.
         vel_scale: error unit of velocities (m/s; rad/s scaled like angles).
         use_velocity: compare velocities too (they carry most of the friction signal).
+        start_samples: predict each window as the mean over this many replays from noisy
+            copies of its start (see :class:`~twinloop.calib.problem.WindowProblem`); 0: off.
         errors_in_variables: treat each window's recorded start state as a noisy observation
             (with the noise the error units imply) and profile its noise out, see
             :meth:`WindowProblem.account_for_start_noise`; False trusts the starts exactly.
@@ -93,6 +95,7 @@ class CalibConfig:
     vel_scale: float = 2e-2
     use_velocity: bool = True
     errors_in_variables: bool = True
+    start_samples: int = 0
     delay_steps: int | None = 0
     max_delay_steps: int = 10
     max_evals: int = 400
@@ -110,7 +113,8 @@ class CalibConfig:
 
     def __post_init__(self):
         choose("calibration method", self.method, METHODS)
-        ints = {"window": 1, "max_delay_steps": 0, "max_evals": 2, "max_iter": 1, "particles": 1, "seed": 0}
+        ints = {"window": 1, "max_delay_steps": 0, "max_evals": 2, "max_iter": 1, "particles": 1, "seed": 0,
+                "start_samples": 0}
         for k, low in ints.items():
             object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
         for k, low in (("stride", 1), ("delay_steps", 0), ("cma_popsize", 2)):
@@ -177,7 +181,8 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     elif list(twin.param_space.names) != space.names:
         raise TwinloopError(f"twin varies {twin.param_space.names} but calibration fits {space.names}")
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    problem = WindowProblem(task, twin, _windows(task, train, cfg), error, space, cfg.delay_steps or 0)
+    problem = WindowProblem(task, twin, _windows(task, train, cfg), error, space, cfg.delay_steps or 0,
+                            start_samples=cfg.start_samples)
     fit = METHODS[cfg.method]
     delays = list(range(0, min(cfg.max_delay_steps, cfg.window * task.substeps - 1) + 1))
     spent = 0
@@ -217,7 +222,8 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
                      max_corr=cfg.max_corr, particles=cfg.particles, seed=cfg.seed)
     hold_err = (float("nan"), float("nan"))
     if held:
-        hp = WindowProblem(task, twin, _windows(task, held, cfg), error, space, problem.delay)
+        hp = WindowProblem(task, twin, _windows(task, held, cfg), error, space, problem.delay,
+                           start_samples=cfg.start_samples)
         hr = hp.residuals(np.stack([x0, x]))
         hold_err = (_rms(hr[0]), _rms(hr[1]))
     kept = cfg.keep_if_worse and hold_err[1] > hold_err[0]

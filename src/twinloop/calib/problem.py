@@ -40,6 +40,11 @@ class WindowProblem:
         delay: actuation delay of the replay (physics steps), on top of a fitted one.
         whiten: per window group ``(B, m_w, m_w)`` inverse Cholesky factors of the residual's
             covariance under start-state noise (``None``: the plain weighted errors).
+        start_samples: ``M > 0`` predicts each window as the mean over ``M`` replays from its
+            recorded start plus Gaussian noise of one error unit on the compared positions
+            (fixed, seeded draws: a smooth, deterministic objective), i.e. the expected
+            prediction given a noisy start rather than the prediction from it (``M`` times
+            the cost); 0 replays the recorded start.
     """
 
     task: Task
@@ -49,6 +54,7 @@ class WindowProblem:
     space: ParamSpace
     delay: float = 0
     whiten: tuple[np.ndarray, ...] | None = None
+    start_samples: int = 0
 
     def __post_init__(self):
         if not callable(getattr(self.twin, "rollout_many", None)):
@@ -75,6 +81,20 @@ class WindowProblem:
 
     def _predict(self, w: Windows, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(P, B, L, nstate)`` predicted measurements and ``(P, B)`` ok flags."""
+        M = self.start_samples
+        if M:
+            nq = self.twin.model.nq
+            pos = np.zeros(w.starts.shape[1], bool)
+            pos[:nq] = self.error.mask[:nq]
+            rng = np.random.default_rng([len(w), w.length, 17])  # the same draws at every evaluation
+            e = rng.standard_normal((M, *w.starts.shape)) * self.error.scale * pos
+            rep = Windows((w.starts[None] + e).reshape(M * len(w), -1), np.tile(w.actions, (M, 1, 1)),
+                          np.tile(w.targets, (M, 1, 1)), np.tile(w.episode, M),
+                          None if w.before is None else np.tile(w.before, (M, 1)))
+            pred, ok = replace(self, start_samples=0)._predict(rep, params)
+            pred = pred.reshape(len(params), M, len(w), *pred.shape[2:])
+            ok = ok.reshape(len(params), M, len(w)).all(axis=1)
+            return pred.mean(axis=1), ok
         if not self.space.has_signals:
             return window_rollout_states(self.twin, w, self.substeps, params, self.delay)
         # signal parameters change the replay itself: one batched call per parameter vector
