@@ -67,6 +67,8 @@ def test_run_renders_a_video_with_ghosts(tmp_path):
         (["--optimizer", "ppo"], "unknown optimizer 'ppo'"),
         (["--backend", "bullet"], "unknown backend 'bullet'"),
         (["--world", "mars"], "unknown world 'mars'"),
+        (["--world", "gym"], "names no gymnasium env"),
+        (["--twin-timestep", "0.1"], "does not decide as 0.005 s does"),
         (["--episodes", "0"], "episodes must be an integer >= 1, got 0"),
         (["-k", "1"], "num_samples must be an integer >= 2, got 1"),
         (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
@@ -114,3 +116,39 @@ def _run_the_dummy(tmp_path):
     assert np.isfinite(s["results"][0]["mean_final_error"])
     res = runner.invoke(app, ["run", "--task", "dummy-push", "--out", str(tmp_path / "b"), "--no-video"])
     assert res.exit_code == 2 and "has no scripted proposer" in res.output
+
+
+def test_world_help_lists_the_registered_forms():
+    out = " ".join(runner.invoke(app, ["run", "--help"]).output.split())
+    assert "gym:ENV_ID" in out and "remote:ADDRESS" in out and "--realtime" in out and "--latency-comp" in out
+
+
+def test_run_in_real_time_reports_deadline_misses_and_plan_cycles(tmp_path):
+    s = run(tmp_path, "--no-video", "--realtime", "--budget", "0.03", "--episodes", "1")
+    refined = s["results"][1]["realtime"]
+    assert refined["ticks"] > 6 and refined["cycles"] >= 1  # 6 control ticks = 60 world ticks at 100 Hz
+    assert 0 <= refined["misses"] <= refined["ticks"]
+    assert s["config"]["realtime"] and s["config"]["async_control"]["budget"] == 0.03
+    ep = Dataset(tmp_path / "episodes" / "refined").read(0)
+    assert len(ep) > 6  # one frame per world tick
+
+
+def test_run_against_a_served_world(tmp_path):
+    import threading
+
+    from twinloop.tasks import make_task
+    from twinloop.worlds import ShiftedWorld
+    from twinloop.worlds.remote import WorldServer
+
+    server = WorldServer(ShiftedWorld(make_task("block-push"), severity=2, seed=0), token="t0k")
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        s = run(tmp_path, "--no-video", "--world", f"remote:{server.address}", "--token", "t0k")
+        local = run(tmp_path / "local", "--no-video")
+    finally:
+        server.stop()
+        thread.join(timeout=5)
+        server.close()
+    assert s["world"]["served"]["world"] == "shifted" and "token" not in s["config"]
+    assert s["per_episode"] == local["per_episode"]

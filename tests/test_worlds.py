@@ -236,6 +236,109 @@ def test_gym_world_bad_env_or_map_is_an_error():
         w.reset(0)
 
 
+# -- GymWorld for envs others wrote ---------------------------------------------------------
+
+
+class SubstepEnv:
+    """A gym-pusht-like env: ``dt`` is its physics substep, a step lasts ``1 / control_hz``;
+    velocities only in ``info``; its own success flag; actions in pixels (0..512)."""
+
+    @staticmethod
+    def make(**kw):
+        import gymnasium as gym
+        from gymnasium import spaces
+
+        class Env(gym.Env):
+            metadata = {"render_fps": 10}
+
+            def __init__(self, control_hz=10, horizon=4):
+                self.dt, self.control_hz, self.horizon = 0.01, control_hz, horizon
+                self.action_space = spaces.Box(0.0, 512.0, (2,), np.float64)
+                self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+                self.received = []
+
+            def reset(self, seed=None, options=None):
+                super().reset(seed=seed)
+                self.x, self.k = np.zeros(2), 0
+                return self.x.copy(), {"vel": np.zeros(2), "is_success": False}
+
+            def step(self, action):
+                self.received.append(np.array(action))
+                v = (np.asarray(action) - 256.0) / 1000.0 - self.x
+                self.x = self.x + v
+                self.k += 1
+                done = self.k >= 2
+                return self.x.copy(), 0.0, done, self.k >= self.horizon, {"vel": v, "is_success": done}
+
+        return Env(**kw)
+
+
+def test_gym_world_takes_the_period_from_the_control_rate_not_the_substep():
+    w = GymWorld(SubstepEnv.make())
+    assert w.period == pytest.approx(0.1) and w.describe()["control_period_source"] == "1 / env.control_hz"
+    w.reset(0)
+    assert w.step(np.array([256.0, 256.0]))[1]["time"] == pytest.approx(0.1)
+
+
+def test_gym_world_refuses_an_ambiguous_dt_that_differs_from_the_task():
+    import gymnasium as gym
+
+    env = gym.make("Pendulum-v1")  # dt 0.05 s, nothing else says what a step is
+    task = make_task("push-t")     # acts every 0.1 s
+    with pytest.raises(TwinloopError, match="physics substep.*control_period="):
+        GymWorld(env, task=task)
+    with pytest.raises(TwinloopError, match="acts every 0.1 s"):
+        GymWorld(env, task=task, control_period=0.05)
+
+
+def test_gym_world_maps_actions_and_reads_velocities_from_info():
+    task = make_task("push-t")
+    env = SubstepEnv.make()
+
+    def obs_from_env(raw, info):
+        return np.concatenate([raw, raw, [0.0], info["vel"], info["vel"], [0.0]])
+
+    w = GymWorld(env, task=task, obs_from_env=obs_from_env, action_to_env=lambda a: np.asarray(a) * 1000 + 256)
+    w.reset(0)
+    obs, _ = w.step(np.array([0.01, -0.02]))
+    np.testing.assert_allclose(env.received[-1], [266.0, 236.0])
+    np.testing.assert_allclose(obs[5:7], [0.01, -0.02])  # velocity, from info
+    with pytest.raises(TwinloopError, match="task's bounds"):
+        w.step(np.array([1.0, 0.0]))  # outside push-t's workspace, refused before mapping
+
+
+def test_run_episode_honours_the_env_success_flag_and_truncation():
+    from twinloop.control import Controller, Refiner
+    from twinloop.plan import make_optimizer
+    from twinloop.run.experiment import run_episode
+    from twinloop.twin import make_twin
+
+    task = make_task("push-t")
+
+    def obs_from_env(raw, info):
+        return np.concatenate([raw, raw, [0.0], np.zeros(5)])
+
+    ctl = Controller(Refiner(task, make_twin("mujoco", task.model), make_optimizer("mppi")), task.default_proposer(),
+                     refine=False)
+    w = GymWorld(SubstepEnv.make(), task=task, obs_from_env=obs_from_env, action_to_env=lambda a: np.asarray(a) * 1000 + 256)
+    r = run_episode(w, ctl, 0, record=False)
+    assert r.success and r.ticks == 2  # the env said so (terminated, is_success) at its second step
+    w = GymWorld(SubstepEnv.make(horizon=1), task=task, obs_from_env=obs_from_env,
+                 action_to_env=lambda a: np.asarray(a) * 1000 + 256)
+    r = run_episode(w, ctl, 0, record=False)
+    assert r.ticks == 1 and not r.success  # truncated after one step, not the task's 150
+
+
+def test_calibration_says_when_timestamps_do_not_match_the_control_period():
+    from twinloop.calib.windows import as_trajectories
+    from twinloop.data.episodes import Episode
+
+    task = make_task("push-t")
+    obs = np.tile(SimWorld(task).reset(0), (6, 1))
+    ep = Episode(0, obs, np.zeros((6, 2)), timestamps=np.arange(6) * 0.01)  # a substep, not 0.1 s
+    with pytest.raises(TwinloopError, match=r"timestamps step by 0.01 s.*acts every 0.1 s.*control_period="):
+        as_trajectories(task, [ep])
+
 # -- PyBullet as the world (optional extra) ---------------------------------------------------
 
 

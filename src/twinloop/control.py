@@ -2,7 +2,7 @@
 
 One refine iteration::
 
-    candidates = clip([mean, prior, suggested, optimizer.sample(K - 2 - M)])   (K, N, nu) knots
+    candidates = clip([mean, prior, carried, suggested, optimizer.sample(K - 2 - M)])   (K, N, nu) knots
     rollouts   = twin.rollout(state, basis.controls(candidates), params)
     J          = risk(task.cost(rollouts), over parameter particles)   (K,)
     state      = optimizer.update(finite candidates, finite J)
@@ -12,10 +12,25 @@ proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) 
 the batch itself: knots an optimizer suggests (``OptState.suggested``, e.g. a language
 model's plans, M of them) join the next batch in place of as many samples, and when another
 iteration follows the optimizer is told what the batch did (``OptState.feedback``).
+
+
+Simulating less for the same decision (what a real-time loop asks for):
+
+- a coarser twin (``make_twin(..., timestep=)``; :func:`check_timestep` tests that it ranks
+  candidates as the fine one does and stays stable);
+- ``prune``: roll every candidate to a fraction of the horizon, score that stretch, and
+  continue only the best ``prune_keep`` of them (the incumbent and the prior always); the
+  rest are dropped (cost ``inf``);
+- ``carry``: the ``M`` lowest-cost candidates of the last tick, shifted one tick, join the
+  batch (the controller passes them back as ``carry``), so good plans found once are not
+  left to chance again.
+
+``RefineResult.n_steps`` counts the physics steps simulated (the speed study's unit).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +62,9 @@ class RefinerConfig:
         risk: aggregation over parameter particles: ``mean`` | ``worst`` | ``cvar``.
         cvar_alpha: tail fraction for ``cvar``.
         seed: seed of the sampling stream.
+        prune: fraction of the horizon after which the worst candidates stop (0: never).
+        prune_keep: fraction of the candidates that continue past ``prune``.
+        carry: last tick's best candidates carried into this tick's batch.
     """
 
     num_samples: int = 64
@@ -58,6 +76,9 @@ class RefinerConfig:
     risk: str = "mean"
     cvar_alpha: float = 0.25
     seed: int = 0
+    prune: float = 0.0
+    prune_keep: float = 0.5
+    carry: int = 0
 
     def __post_init__(self):
         checked = {
@@ -73,6 +94,12 @@ class RefinerConfig:
             object.__setattr__(self, k, v)
         choose("spline", self.spline, KINDS)
         choose("risk", self.risk, RISKS)
+        if not 0 <= self.prune < 1:
+            raise TwinloopError(f"prune must be in [0, 1), got {self.prune}")
+        if not 0 < self.prune_keep <= 1:
+            raise TwinloopError(f"prune_keep must be in (0, 1], got {self.prune_keep}")
+        if not 0 <= self.carry <= self.num_samples - 2:
+            raise TwinloopError(f"carry must be in [0, num_samples - 2], got {self.carry}")
 
 
 @dataclass
@@ -89,6 +116,8 @@ class RefineResult:
         seconds: wall time.
         rollouts: the last iteration's rollouts (for plotting ghost traces), if kept.
         costs: the last iteration's ``(K,)`` aggregated costs.
+        n_steps: physics steps simulated (all particles, candidates and iterations).
+        elites: ``(M, N, nu)`` knots of the last iteration's ``config.carry`` best candidates.
         optimizer_info: what the optimizer reported (``OptState.info``).
     """
 
@@ -101,6 +130,8 @@ class RefineResult:
     seconds: float
     rollouts: object = None
     costs: np.ndarray | None = None
+    n_steps: int = 0
+    elites: np.ndarray | None = None
     optimizer_info: dict = field(default_factory=dict)
 
 
@@ -145,6 +176,12 @@ class Refiner:
                              self.config.spline, task.action_low, task.action_high)
         self.basis = PlanBasis(self.spec)
         self.params = None if params is None else twin.param_space.check(np.atleast_2d(params), "params")
+        # prune at a tick boundary strictly inside the horizon
+        self.prune_step = int(round(self.config.prune * ticks)) * substeps if self.config.prune else 0
+        if self.prune_step >= ticks * substeps:
+            self.prune_step = 0
+        if self.prune_step and (task.model.na or (self.params is not None and len(self.params) > 1)):
+            raise TwinloopError("prune needs a twin without actuator activations and at most one parameter particle")
         self.keep_rollouts = keep_rollouts
         self.extra_costs = tuple(extra_costs)
         for f in self.extra_costs:
@@ -168,20 +205,59 @@ class Refiner:
     def hold_plan(self, action) -> Plan:
         return Plan.constant(self.spec, action)
 
-    def evaluate(self, state: np.ndarray, knots: np.ndarray):
-        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``."""
-        r = self.twin.rollout(state, self.basis.controls(knots), self.params)
-        costs = self.task.cost(r)
-        agg = aggregate(costs, r.ok, self.config.risk, self.config.cvar_alpha)
+    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
+        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``. With
+        ``config.prune`` the candidates dropped at the prune point (never the first ``keep``)
+        hold their state from there and cost ``inf``."""
+        return self._evaluate(state, knots, keep)[:2]
+
+    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
+        """:meth:`evaluate`, and the physics steps it simulated."""
+        ctrl = self.basis.controls(knots)
+        if not self.prune_step:
+            r = self.twin.rollout(state, ctrl, self.params)
+            return r, self.score(r), r.ok.size * ctrl.shape[1]
+        split, (K, T, _) = self.prune_step, ctrl.shape
+        head = self.twin.rollout(state, ctrl[:, :split], self.params)
+        partial = self.score(head)
+        n_keep = max(keep, int(np.ceil(self.config.prune_keep * K)))
+        kept = np.zeros(K, bool)
+        kept[:keep] = True
+        for i in np.argsort(partial, kind="stable"):
+            if kept.sum() >= n_keep:
+                break
+            kept[i] = True
+        idx = np.flatnonzero(kept & np.isfinite(partial) | (np.arange(K) < keep))
+        starts = np.concatenate([head.qpos[0, idx, -1], head.qvel[0, idx, -1]], axis=1)
+        tail = self.twin.rollout_many(starts, ctrl[idx, split:], self.params)
+
+        def join(a, b):
+            out = np.concatenate([a, np.repeat(a[:, :, -1:], T - split, axis=2)], axis=2)
+            out[:, idx, split + 1:] = b[:, :, 1:]
+            return out
+
+        ok = head.ok.copy()
+        ok[:, idx] &= tail.ok
+        r = Rollouts(join(head.qpos, tail.qpos), join(head.qvel, tail.qvel),
+                     join(head.sensordata, tail.sensordata), ctrl, ok, head.dt)
+        c = self.score(r)
+        dropped = np.ones(K, bool)
+        dropped[idx] = False
+        c[dropped] = np.inf
+        return r, c, head.ok.size * split + tail.ok.size * (T - split)
+
+    def score(self, r: Rollouts) -> np.ndarray:
+        """``(K,)`` cost of rollouts: the task's, aggregated over particles, plus extra costs."""
+        agg = aggregate(self.task.cost(r), r.ok, self.config.risk, self.config.cvar_alpha)
         for f in self.extra_costs:
             extra = np.asarray(f(r), dtype=float)
             if extra.shape != agg.shape:
                 raise TwinloopError(f"extra cost {f!r} returned shape {extra.shape}, expected {agg.shape}")
             agg = agg + np.where(np.isfinite(extra), extra, 0.0)
-        return r, agg
+        return agg
 
     def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
-               proposals: np.ndarray | None = None) -> RefineResult:
+               proposals: np.ndarray | None = None, carry: np.ndarray | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
         Args:
@@ -190,6 +266,8 @@ class Refiner:
             warm: last tick's plan shifted by one tick; defaults to ``prior`` or holding the
                 middle of the action range.
             proposals: ``(M, N, nu)`` knots sampled from a stochastic proposer (best-of-N).
+            carry: ``(M, N, nu)`` knots carried from the last tick (its ``elites``, shifted);
+                they join the first iteration's batch.
 
         Raises:
             RefinementFailed: if no candidate in any iteration had a finite cost.
@@ -210,8 +288,9 @@ class Refiner:
         if proposals is not None:
             ostate = ostate.with_(proposals=np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi))
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
+        carried = [] if carry is None else list(np.clip(as_array(carry, "carry", (None, *warm.knots.shape)), lo, hi))
         best_k, best_c, prior_c = None, np.inf, np.nan
-        n_roll = n_bad = it = 0
+        n_roll = n_bad = it = n_steps = 0
         last_r = last_c = None
         iter_time = 0.0
         while it < cfg.iterations:
@@ -219,14 +298,16 @@ class Refiner:
                 break
             ti = time.perf_counter()
             incumbent = [ostate.mean] + fixed[1:] if it else fixed
-            head = np.stack(incumbent)
+            extra = [] if it else carried[: max(cfg.num_samples - len(incumbent), 0)]
+            head = np.stack(incumbent + extra)
             if ostate.suggested is not None:  # evaluated once, in place of as many samples
                 head = np.concatenate([head, ostate.suggested[: cfg.num_samples - len(head)]])
                 ostate = ostate.with_(suggested=None)
             n_new = cfg.num_samples - len(head)
             sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
             cand = np.clip(np.concatenate([head, sampled]), lo, hi)
-            r, c = self.evaluate(s, cand)
+            r, c, steps = self._evaluate(s, cand, keep=len(incumbent))
+            n_steps += steps
             n_roll += r.ok.size
             n_bad += r.n_unstable
             if pk is not None and it == 0:
@@ -243,10 +324,14 @@ class Refiner:
             iter_time = time.perf_counter() - ti
         if best_k is None:
             raise RefinementFailed(f"all {n_roll} rollouts were non-finite or unstable; no plan to select")
+        elites = None
+        if cfg.carry:
+            order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")
+            elites = cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
         return RefineResult(
             plan=Plan(best_k, self.spec), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
-            rollouts=last_r if self.keep_rollouts else None, costs=last_c,
+            rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
             optimizer_info=dict(ostate.info),
         )
 
@@ -327,6 +412,7 @@ class Controller:
         if monitor is not None and monitor.config.action == "fallback" and proposer is None:
             raise TwinloopError("monitor action 'fallback' needs a proposer to fall back to")
         self._warm: Plan | None = None
+        self._carry: np.ndarray | None = None
         self.last: TickInfo | None = None
         self.n_fallbacks = 0
         self._episode_params = refiner.params
@@ -334,6 +420,7 @@ class Controller:
 
     def reset(self, seed: int | None = None) -> None:
         self._warm = None
+        self._carry = None
         self.last = None
         self.n_fallbacks = 0
         if self.monitor is not None:
@@ -347,15 +434,26 @@ class Controller:
         if self.proposer is not None and callable(getattr(self.proposer, "reset", None)):
             self.proposer.reset(seed)
 
-    def act(self, obs) -> np.ndarray:
+    def stop(self) -> None:
+        """End of an episode: release what runs between ticks (nothing, for this controller)."""
+
+    def act(self, obs, info: dict | None = None) -> np.ndarray:
+        """The action for observation ``obs`` (``info``, the world's, is not needed here)."""
         state = self.task.state_from_obs(obs)
         alarm = self._watch(state) if self.monitor is not None else ""
-        action = self._act(obs, state)
+        if self.proposer is not None and (not self.refine_enabled or self._gave_up):
+            # the baseline (or a monitor's fallback) sends the proposer's own first action
+            chunk = self._proposal(obs, state)
+            self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high),
+                                 alarm=self._gave_up)
+        else:
+            plan, self.last = self.plan(obs, state, self._warm, self._carry)
+            self._warm, self._carry = self.carried(plan, self.last)
         self.last.alarm = alarm or self.last.alarm
         if self.monitor is not None:
             self.last.gap = self.monitor.score
-            self.monitor.sent(state, action)
-        return action
+            self.monitor.sent(state, self.last.action)
+        return self.last.action
 
     def _watch(self, state: np.ndarray) -> str:
         """Score the twin's last prediction; act on an alarm. Returns the alarm's reason."""
@@ -375,36 +473,318 @@ class Controller:
             self._gave_up = alarm.reason
         return alarm.reason
 
-    def _act(self, obs, state: np.ndarray) -> np.ndarray:
+    def carried(self, plan: Plan, tick: TickInfo, ticks: float = 1.0) -> tuple[Plan, np.ndarray | None]:
+        """The warm start and the carried candidates for a plan starting ``ticks`` later."""
+        elites = None if tick.result is None else tick.result.elites
+        if elites is not None and len(elites):
+            S = self.refiner.spec.shift_matrix(self.task.control_period * ticks)
+            elites = np.clip(np.einsum("mn,knu->kmu", S, elites), self.refiner.spec.low, self.refiner.spec.high)
+        return plan.shifted(ticks), elites
+
+    def _proposal(self, obs, state) -> np.ndarray:
+        chunk = as_array(self.proposer.propose(obs, state), "proposer action chunk")
+        if chunk.ndim != 2 or chunk.shape[1] != self.task.nu:
+            raise TwinloopError(f"proposer returned an action chunk of shape {chunk.shape}, expected (H, {self.task.nu})")
+        return chunk
+
+    def plan(self, obs, state: np.ndarray, warm: Plan | None, carry: np.ndarray | None = None) -> tuple[Plan, TickInfo]:
+        """Refine from twin ``state`` (estimated from ``obs``, or predicted ahead of it) with
+        the proposer's prior, the ``warm`` start and ``carry`` (see :meth:`Refiner.refine`);
+        returns the plan and what happened. If refinement fails the base proposal (or the
+        warm plan) is returned and counted."""
         prior = None
         proposals = None
         if self.proposer is not None:
-            chunk = as_array(self.proposer.propose(obs, state), "proposer action chunk")
-            if chunk.ndim != 2 or chunk.shape[1] != self.task.nu:
-                raise TwinloopError(f"proposer returned an action chunk of shape {chunk.shape}, expected (H, {self.task.nu})")
-            if not self.refine_enabled or self._gave_up:
-                # the baseline sends the proposer's own first action, not a spline fit of it
-                self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high),
-                                     alarm=self._gave_up)
-                return self.last.action
-            prior = self.refiner.plan_from_actions(chunk)
-            if self.refine_enabled and self.proposal_samples > 0 and hasattr(self.proposer, "sample"):
+            prior = self.refiner.plan_from_actions(self._proposal(obs, state))
+            if self.proposal_samples > 0 and hasattr(self.proposer, "sample"):
                 chunks = self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng)
                 proposals = np.stack([self.refiner.plan_from_actions(c).knots for c in chunks])
-        warm = self._warm
         if warm is None:
             # start still: hold the pusher where it is if the task can say where that is
             warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
         try:
-            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals)
+            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals, carry=carry)
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
             backup = prior if prior is not None else warm
-            self._warm = backup.shifted()
-            self.last = TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}")
-            return self.last.action
-        self._warm = res.plan.shifted()
-        self.last = TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
-                             iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
-                             optimizer_info=res.optimizer_info, result=res)
-        return self.last.action
+            return backup, TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}")
+        return res.plan, TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
+                                  iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
+                                  optimizer_info=res.optimizer_info, result=res)
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    """Knobs of the asynchronous controller.
+
+    Attributes:
+        latency_comp: plan from the state the twin predicts for the time the plan will start
+            to apply (from the last observation and the actions in flight), not from the last
+            observation itself.
+        budget: wall seconds a planning cycle takes at least (``None``: as fast as the refine
+            goes). A cycle that finishes early waits out the rest, which stands in for a
+            slower planner or a larger model in benchmarks; keep ``RefinerConfig.deadline``
+            below it.
+    """
+
+    latency_comp: bool = True
+    budget: float | None = None
+
+    def __post_init__(self):
+        if self.budget is not None and not (np.isfinite(self.budget) and self.budget > 0):
+            raise TwinloopError(f"budget must be > 0 s or None, got {self.budget!r}")
+
+
+@dataclass
+class PlanCycle:
+    """One planning cycle of :class:`AsyncController` (world times in s, wall in s).
+
+    Attributes:
+        obs_time: world time of the observation planned from.
+        start: world time the plan starts at (``nan``: when it arrives, no compensation).
+        seconds: wall time of the cycle (refine, prediction and any budget wait).
+        lead: predicted ahead (s of world time; 0 without compensation).
+    """
+
+    obs_time: float
+    start: float
+    seconds: float
+    lead: float
+
+
+class AsyncController(Controller):
+    """Planning in its own thread, actuation at the world's rate.
+
+    For a world that stamps observations with time (a :class:`~twinloop.worlds.realtime.
+    RealtimeWorld`, whose ``info`` has ``time``, ``tick``, ``period`` and ``rate``). The
+    actuation side, :meth:`act`, returns at once: it hands the observation to the planner and
+    sends, for the tick the action will apply at (``time + period``), the action the newest
+    plan holds for that time. The planner thread loops: take the newest observation, refine,
+    publish a plan stamped with the world time it starts at.
+
+    Latency compensation (``config.latency_comp``): a cycle that starts from an observation
+    of world time ``t`` will publish after about ``c`` seconds (the slowest of the last few
+    cycles) and its first action applies one tick after that, at ``t_a = t + c + period``
+    rounded up to a tick. The cycle predicts the state at ``t_a`` by rolling the twin from the
+    observed state through the actions in flight (those already sent, then the current plan's
+    for the ticks before ``t_a``), and plans from it; the plan starts at ``t_a``. Without
+    compensation the plan is computed from the observed state and starts when it arrives.
+
+    Args:
+        refiner: the refiner (its twin predicts the state ahead).
+        proposer: the base proposer (asked with the predicted state).
+        config: :class:`AsyncConfig`.
+    """
+
+    def __init__(self, refiner: Refiner, proposer=None, config: AsyncConfig | None = None,
+                 proposal_samples: int = 0):
+        super().__init__(refiner, proposer, refine=True, proposal_samples=proposal_samples)
+        self.config = config or AsyncConfig()
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._running = False
+        self._mail = None            # (obs, time, tick) newest observation
+        self._current = None         # (plan, start time, TickInfo, (H, nu) actions) in use
+        self._pending = None         # the newest plan, until its start time comes
+        self._sent: dict[int, np.ndarray] = {}   # apply tick -> action sent for it
+        self._period = self._speed = None
+        self.cycles: list[PlanCycle] = []
+
+    def reset(self, seed: int | None = None) -> None:
+        self.stop()
+        super().reset(seed)
+        self._reset_state()
+
+    def stop(self) -> None:
+        """Stop the planner thread (end of episode)."""
+        with self._cv:
+            self._running = False
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30.0)
+            self._thread = None
+
+    def act(self, obs, info: dict | None = None) -> np.ndarray:
+        if info is None or not {"time", "tick", "period", "rate"} <= set(info):
+            raise TwinloopError("AsyncController needs a real-time world: info with time, tick, period and rate "
+                                "(wrap the world in RealtimeWorld)")
+        if self._error is not None:
+            raise TwinloopError(f"the planner thread failed: {type(self._error).__name__}: {self._error}") from self._error
+        t, k = float(info["time"]), int(info["tick"])
+        with self._cv:
+            self._period, self._speed = float(info["period"]), float(info["period"]) * float(info["rate"])
+            self._mail = (np.array(obs, dtype=float), t, k)
+            self._cv.notify_all()
+            if self._thread is None:
+                self._running = True
+                self._thread = threading.Thread(target=self._plan_loop, name="twinloop-planner", daemon=True)
+                self._thread.start()
+            action, tick = self._scheduled(t + self._period, obs)
+            self._sent[k + 1] = action
+            self._sent.pop(k - 1000, None)
+        self.last = tick
+        return action
+
+    def stats(self) -> dict:
+        """Planning cycles: count, median/max wall seconds, how many overran the control
+        period (the plan was not renewed on time), median lead predicted."""
+        sec = np.array([c.seconds for c in self.cycles])
+        lead = np.array([c.lead for c in self.cycles])
+        p = self.task.control_period
+        return {"cycles": len(sec), "cycle_median": float(np.median(sec)) if len(sec) else float("nan"),
+                "cycle_max": float(sec.max()) if len(sec) else float("nan"),
+                "overruns": int((sec > p).sum()), "lead_median": float(np.median(lead)) if len(lead) else float("nan")}
+
+    # -- actuation side (holds the lock) -----------------------------------------------------
+
+    def _scheduled(self, t_apply: float, obs) -> tuple[np.ndarray, TickInfo]:
+        """The action for world time ``t_apply`` from the newest plan that has started."""
+        if self._pending is not None:
+            plan, start, tick, acts = self._pending
+            if np.isnan(start):  # no compensation: the plan starts when it arrives
+                start = t_apply
+            if start <= t_apply + 1e-9:
+                self._current, self._pending = (plan, start, tick, acts), None
+        if self._current is None:
+            hold = self.task.hold_action(self.task.state_from_obs(obs))
+            return hold, TickInfo(action=hold, fallback=True, reason="no plan yet")
+        _, start, tick, acts = self._current
+        return self._action_at(acts, start, t_apply), tick
+
+    def _action_at(self, acts: np.ndarray, start: float, t: float) -> np.ndarray:
+        """The action ``acts (H, nu)`` of a plan starting at ``start`` holds at time ``t``."""
+        i = int(np.floor((t - start) / self.task.control_period + 1e-6))
+        return acts[min(max(i, 0), len(acts) - 1)]
+
+    def _in_flight(self, t0: float, t1: float, hold: np.ndarray) -> np.ndarray:
+        """``(n, nu)`` controls per twin step over world time ``[t0, t1)``: the actions sent
+        for those ticks, else what the current plan will send, else the previous control
+        (``hold`` before any)."""
+        ticks = int(round((t1 - t0) / self._period))
+        per_tick = int(round(self._period / self.refiner.twin.dt))
+        first = int(round(t0 / self._period))
+        out = np.empty((ticks, self.task.nu))
+        last = hold
+        with self._cv:
+            for i, j in enumerate(range(first, first + ticks)):
+                a = self._sent.get(j)
+                if a is None and self._current is not None:
+                    a = self._action_at(self._current[3], self._current[1], j * self._period)
+                out[i] = last = last if a is None else a
+        return np.repeat(out, per_tick, axis=0)
+
+    # -- planner thread ----------------------------------------------------------------------
+
+    def _plan_loop(self) -> None:
+        planned = -1
+        try:
+            while True:
+                with self._cv:
+                    self._cv.wait_for(lambda last=planned: not self._running or (self._mail is not None and self._mail[2] > last))
+                    if not self._running:
+                        return
+                    obs, t_obs, planned = self._mail
+                    period, speed = self._period, self._speed
+                    prev = self._pending or self._current
+                self._cycle(obs, t_obs, period, speed, prev)
+        except BaseException as exc:  # the actuation side re-raises it
+            self._error = exc
+
+    def _cycle(self, obs, t_obs: float, period: float, speed: float, prev) -> None:
+        c0 = time.perf_counter()
+        cfg = self.config
+        state = self.task.state_from_obs(obs)
+        start, lead = float("nan"), 0.0
+        if cfg.latency_comp:
+            recent = [c.seconds for c in self.cycles[-5:]]
+            c = max(recent) if recent else (cfg.budget or self.task.control_period)
+            # the first tick boundary after the plan is published, plus one tick of pipeline
+            start = (np.ceil((t_obs + c * speed) / period - 1e-6) + 1) * period
+            lead = start - t_obs
+            ctrl = self._in_flight(t_obs, start, self.task.hold_action(state))
+            if len(ctrl):
+                params = None if self.refiner.params is None else self.refiner.params[:1]
+                r = self.refiner.twin.rollout(state, ctrl, params)
+                if r.ok[0, 0]:
+                    m = self.task.model
+                    state = np.concatenate([r.qpos[0, 0, -1], r.qvel[0, 0, -1], state[m.nq + m.nv:]])
+        warm = carry = None
+        if prev is not None:
+            p_plan, p_start, p_tick, _ = prev
+            ref = t_obs if np.isnan(start) else start
+            shift = 1.0 if np.isnan(p_start) else (ref - p_start) / self.task.control_period
+            warm, carry = self.carried(p_plan, p_tick, max(shift, 0.0))
+        plan, tick = self.plan(obs, state, warm, carry)
+        if cfg.budget is not None:
+            wait = cfg.budget - (time.perf_counter() - c0)
+            if wait > 0:
+                time.sleep(wait)
+        acts = plan.actions()
+        with self._cv:
+            self._pending = (plan, start, tick, acts)
+        self.cycles.append(PlanCycle(obs_time=t_obs, start=start, seconds=time.perf_counter() - c0, lead=lead))
+
+
+def check_timestep(task: Task, twin: Twin, reference: Twin, *, n_states: int = 8, num_samples: int = 32,
+                   horizon: float | None = None, seed: int = 0, min_rank_corr: float = 0.8,
+                   strict: bool = True) -> dict:
+    """Whether a twin with a coarser timestep decides as the reference twin does.
+
+    From ``n_states`` states an episode of the task's scripted proposer visits in the nominal
+    scene (a random tick in ``[0, 30)`` of a seeded episode; the start state without a
+    proposer), ``num_samples`` candidate plans (MPPI samples around the proposer's plan or
+    around holding) are rolled out in both twins. The coarse twin passes when none of its
+    rollouts goes unstable where the reference's does not, and the median over states of
+    Spearman's rank correlation between the two twins' costs is at least ``min_rank_corr``
+    (a sampling planner only needs the ranking).
+
+    Returns:
+        ``{"timestep", "reference_timestep", "rank_corr_median", "rank_corr_min",
+        "unstable", "reference_unstable", "ok"}``.
+
+    Raises:
+        TwinloopError: if it does not pass and ``strict``.
+    """
+    from scipy.stats import spearmanr
+
+    from twinloop.plan import make_optimizer
+    from twinloop.worlds.base import SimWorld
+
+    cfg = RefinerConfig(num_samples=num_samples, horizon=horizon or task.horizon, seed=seed)
+    fine, coarse = (Refiner(task, t, make_optimizer("mppi"), cfg) for t in (reference, twin))
+    proposer = task.default_proposer()
+    world = SimWorld(task)
+    rng = np.random.default_rng([seed, 11])
+    corr, bad, bad_ref = [], 0, 0
+    for i in range(n_states):
+        obs = world.reset(seed * 1000 + i)
+        if proposer is not None:
+            proposer.reset(i)
+            for _ in range(int(rng.integers(0, 30))):
+                obs, _ = world.step(np.clip(proposer.propose(obs, task.state_from_obs(obs))[0], task.action_low, task.action_high))
+        state = task.state_from_obs(obs)
+        mean = (fine.plan_from_actions(proposer.propose(obs, state)) if proposer is not None
+                else fine.hold_plan(task.hold_action(state))).knots
+        opt = make_optimizer("mppi")
+        knots = np.clip(opt.sample(opt.init(mean, None, fine.spec.low, fine.spec.high), rng, num_samples),
+                        fine.spec.low, fine.spec.high)
+        rf, cf = fine.evaluate(state, knots)
+        rc, cc = coarse.evaluate(state, knots)
+        bad += int((rc.ok.all(axis=0) < rf.ok.all(axis=0)).sum())
+        bad_ref += int((~rf.ok.all(axis=0)).sum())
+        both = np.isfinite(cf) & np.isfinite(cc)
+        if both.sum() > 2:
+            corr.append(float(spearmanr(cf[both], cc[both]).statistic))
+    med = float(np.median(corr)) if corr else float("nan")
+    out = {"timestep": float(twin.dt), "reference_timestep": float(reference.dt), "rank_corr_median": med,
+           "rank_corr_min": float(np.min(corr)) if corr else float("nan"), "unstable": bad,
+           "reference_unstable": bad_ref, "ok": bool(bad == 0 and med >= min_rank_corr)}
+    if strict and not out["ok"]:
+        raise TwinloopError(f"a twin timestep of {twin.dt:g} s does not decide as {reference.dt:g} s does for task "
+                            f"{task.name!r}: median rank correlation {med:.2f} (need >= {min_rank_corr}), "
+                            f"{bad} rollouts unstable only at the coarse step")
+    return out

@@ -100,6 +100,7 @@ def as_trajectories(task: Task, episodes: Sequence) -> list[Trajectory]:
     if len(episodes) == 0:
         raise TwinloopError("no episodes given: calibration needs at least one recorded episode")
     out: list[Trajectory] = []
+    off_period: list[float] = []  # time steps that did not match the control period
     for i, ep in enumerate(episodes):
         if isinstance(ep, Trajectory):
             as_array(ep.states, f"episode {ep.index} states", (ep.ticks + 1, task.nstate), finite=False)
@@ -124,12 +125,20 @@ def as_trajectories(task: Task, episodes: Sequence) -> list[Trajectory]:
                 raise TwinloopError(f"episode {index}: timestamp at frame {k} is {ts[k]}; calibration refuses "
                                     "non-finite data")
             dt = np.diff(ts)
-            valid &= np.abs(dt - task.control_period) <= 0.5 * task.control_period
+            on_period = np.abs(dt - task.control_period) <= 0.5 * task.control_period
+            off_period += dt[~on_period].tolist()
+            valid &= on_period
         # runs of valid transitions [a, b): states a..b, actions a..b-1
         edges = np.flatnonzero(np.diff(np.concatenate([[0], valid.astype(int), [0]])))
         for a, b in zip(edges[::2], edges[1::2], strict=True):
             out.append(Trajectory(states[a : b + 1], actions[a:b], index))
     if not out:
+        if off_period:
+            raise TwinloopError(
+                f"the episodes hold no transitions: their timestamps step by {np.median(off_period):g} s (median) but "
+                f"task {task.name!r} acts every {task.control_period:g} s, so every transition was dropped as a gap. "
+                f"The recording world reported the wrong period (a gymnasium env's dt can be its physics substep: "
+                f"give GymWorld control_period=), or the data belongs to another task")
         raise TwinloopError("the episodes hold no transitions (each needs at least two states)")
     return out
 

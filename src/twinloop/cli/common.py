@@ -46,12 +46,20 @@ def results_table(summary: dict) -> Table:
 
     t = Table(title=f"{summary['task']} in {world_label(summary['world'])} world "
                     f"({summary['episodes']} episodes per controller, seed {summary['seed']})")
-    for col in ("controller", "success", "95% CI", "final error", "control Hz"):
+    realtime = any("realtime" in r for r in summary["results"])
+    cols = ["controller", "success", "95% CI", "final error", "control Hz"]
+    cols += ["deadline misses", "plan cycles > period"] if realtime else []
+    for col in cols:
         t.add_column(col, justify="right" if col != "controller" else "left")
     for r in summary["results"]:
         lo, hi = r["success_ci"]
-        t.add_row(r["controller"], f"{100 * r['success_rate']:.0f}% ({r['successes']}/{r['episodes']})",
-                  f"[{100 * lo:.0f}%, {100 * hi:.0f}%]", f"{r['mean_final_error']:.4f}", f"{r['control_hz']:.1f}")
+        row = [r["controller"], f"{100 * r['success_rate']:.0f}% ({r['successes']}/{r['episodes']})",
+               f"[{100 * lo:.0f}%, {100 * hi:.0f}%]", f"{r['mean_final_error']:.4f}", f"{r['control_hz']:.1f}"]
+        if realtime:
+            rt = r.get("realtime", {})
+            row += [f"{rt.get('misses', 0)}/{rt.get('ticks', 0)}",
+                    f"{rt['overruns']}/{rt['cycles']}" if "cycles" in rt else "-"]
+        t.add_row(*row)
     return t
 
 

@@ -8,6 +8,8 @@ import typer
 from rich.table import Table
 
 from twinloop.cli.common import OUT_HELP, console, guard, one_of, progress_ticks, results_table
+from twinloop.control import AsyncConfig
+from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig
 from twinloop.policies import PROPOSERS
@@ -18,8 +20,11 @@ from twinloop.worlds import WORLDS
 
 
 def _run(cfg, overwrite: bool) -> dict:
+    twin = f"{cfg.backend}" + (f", {1000 * cfg.twin_timestep:g} ms twin step" if cfg.twin_timestep else "")
+    mode = (f" in real time ({'with' if cfg.async_control.latency_comp else 'without'} latency compensation)"
+            if cfg.realtime else "")
     console.print(f"[bold]twinloop[/] {cfg.task}: {cfg.proposer} proposer vs + {cfg.optimizer} refinement "
-                  f"(K={cfg.num_samples}, {cfg.horizon:g} s horizon, {cfg.backend}) in a {cfg.world} world")
+                  f"(K={cfg.num_samples}, {cfg.horizon:g} s horizon, {twin}) in a {cfg.world} world{mode}")
     with progress_ticks() as tick:
         summary = run_comparison(cfg, progress=tick, log=console.print, mode=out_mode(overwrite=overwrite))
     console.print(results_table(summary))
@@ -37,30 +42,43 @@ def demo(
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
     video: bool = typer.Option(True, help="Render one refined episode with ghost rollouts."),
 ):
-    """Push-T in a shifted world: the scripted proposer alone vs with MPPI refinement."""
+    """Push-T in a shifted world: the scripted proposer alone vs with MPPI refinement (K=32,
+    0.5 s horizon, 10 ms twin steps)."""
     _run(RunConfig(episodes=episodes, seed=seed, out=out, video=video), overwrite)
+
+
+r = RunConfig()  # defaults shown by the options below
+a = AsyncConfig()
 
 
 @guard
 def run(
-    task: str = typer.Option("push-t", help=one_of(TASKS)),
-    optimizer: str = typer.Option("mppi", help=one_of(OPTIMIZER_NAMES) + " (llm+*: a language model's plans "
+    task: str = typer.Option(r.task, help=one_of(TASKS)),
+    optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZER_NAMES) + " (llm+*: a language model's plans "
                                   "join the batches; needs --iterations >= 2)"),
-    backend: str = typer.Option("mujoco", help=one_of(BACKENDS)),
-    num_samples: int = typer.Option(64, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
-    horizon: float = typer.Option(1.0, help="Planning horizon (s)."),
-    iterations: int = typer.Option(1, help="Refine iterations per control tick."),
-    world: str = typer.Option("shifted", help=one_of(WORLDS)),
-    severity: int = typer.Option(2, help="ShiftedWorld severity 0-3."),
-    proposer: str = typer.Option("scripted", help=one_of(PROPOSERS)),
-    episodes: int = typer.Option(20, help="Episodes per controller."),
-    seed: int = typer.Option(0),
-    max_ticks: int = typer.Option(0, help="Episode length in ticks (0: the task's)."),
+    backend: str = typer.Option(r.backend, help=one_of(BACKENDS)),
+    num_samples: int = typer.Option(r.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
+    horizon: float = typer.Option(r.horizon, help="Planning horizon (s)."),
+    iterations: int = typer.Option(r.iterations, help="Refine iterations per control tick."),
+    world: str = typer.Option(r.world, help=one_of(WORLDS)),
+    severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
+    proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
+    episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
+    seed: int = typer.Option(r.seed),
+    max_ticks: int = typer.Option(0, help="Episode length in control ticks (0: the task's)."),
     risk: str = typer.Option("mean", help="Risk over parameter particles: mean | worst | cvar."),
-    out: str = typer.Option("twinloop-out", help=OUT_HELP),
+    twin_timestep: float = typer.Option(r.twin_timestep or 0.0, help="Twin physics timestep (s), coarser than the scene's (0: the scene's); checked for stability and ranking."),
+    prune: float = typer.Option(0.0, help="Fraction of the horizon after which only the best candidates continue (0: off)."),
+    carry: int = typer.Option(0, help="Last tick's best candidates carried into the next batch."),
+    realtime: bool = typer.Option(r.realtime, help="The world keeps its own clock; the refined controller plans asynchronously."),
+    rate: float = typer.Option(0.0, help="Real-time world ticks per second (0: 10 per control period for simulated worlds, the env's own rate otherwise)."),
+    latency_comp: bool = typer.Option(a.latency_comp, help="Real time: plan from the state predicted for when the plan applies."),
+    budget: float = typer.Option(0.0, help="Real time: wall seconds each planning cycle takes at least (0: as fast as it goes)."),
+    token: str = typer.Option("", envvar="TWINLOOP_TOKEN", help="Shared token of a remote:ADDRESS world."),
+    out: str = typer.Option(r.out, help=OUT_HELP),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
-    video: bool = typer.Option(True),
-    record: bool = typer.Option(True, help="Write every episode as Parquet."),
+    video: bool = typer.Option(r.video),
+    record: bool = typer.Option(r.record, help="Write every episode as Parquet."),
     llm_base_url: str = typer.Option(None, help="llm+*: OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 "
                                      "(default: $TWINLOOP_LLM_BASE_URL). Key: $OPENAI_API_KEY."),
     llm_model: str = typer.Option(None, help="llm+*: model name (default: $TWINLOOP_LLM_MODEL)."),
@@ -70,7 +88,10 @@ def run(
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, num_samples=num_samples, horizon=horizon,
                    iterations=iterations, world=world, severity=severity, proposer=proposer, episodes=episodes,
                    seed=seed, max_ticks=max_ticks or None, out=out, video=video, record=record,
-                   refiner={"risk": risk}, llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)),
+                   twin_timestep=twin_timestep or None, refiner={"risk": risk, "prune": prune, "carry": carry},
+                   realtime=realtime, rate=rate or None, token=token or None,
+                   async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),
+                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)),
          overwrite)
 
 
@@ -80,7 +101,12 @@ def tasks():
     for c in ("name", "actions", "control period", "episode ticks", "parameters", "description"):
         t.add_column(c)
     for name in TASKS:
-        task = make_task(name)
+        try:
+            task = make_task(name)
+            task.model  # noqa: B018 - a task whose scene cannot load says why in its row
+        except TwinloopError as exc:
+            t.add_row(name, "", "", "", "", f"[red]unavailable:[/] {exc}")
+            continue
         t.add_row(name, str(task.nu), f"{task.control_period:g} s", str(task.max_ticks),
                   ", ".join(task.param_space().names), task.description())
     console.print(t)

@@ -148,8 +148,9 @@ class Plan:
     def first_action(self) -> np.ndarray:
         return self.actions()[0]
 
-    def shifted(self, ticks: int = 1) -> Plan:
-        """The same plan started ``ticks`` control periods later (warm start for the next tick)."""
+    def shifted(self, ticks: float = 1) -> Plan:
+        """The same plan started ``ticks`` control periods later (warm start for the next tick;
+        fractional for an asynchronous planner whose plans start between ticks)."""
         k = self.knots
         S = self.spec.shift_matrix(self.spec.control_period * ticks)
         return replace(self, knots=np.clip(S @ k, self.spec.low, self.spec.high))

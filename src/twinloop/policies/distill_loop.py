@@ -140,8 +140,11 @@ class _Recording:
         self._obs, self._act = [], []
         self.controller.reset(seed)
 
-    def act(self, obs) -> np.ndarray:
-        a = self.controller.act(obs)
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def act(self, obs, info: dict | None = None) -> np.ndarray:
+        a = self.controller.act(obs, info)
         self._obs.append(np.array(obs, dtype=float))
         self._act.append(np.array(a, dtype=float))
         return a

@@ -17,14 +17,21 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import (
+    AsyncConfig,
+    AsyncController,
+    Controller,
+    Refiner,
+    RefinerConfig,
+    check_timestep,
+)
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.tasks import TASKS, make_task
 from twinloop.twin import BACKENDS, make_twin
-from twinloop.worlds import WORLDS, make_world
+from twinloop.worlds import RealtimeWorld, SimWorld, make_world, resolve_world
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,8 @@ class RunConfig:
         horizon: planning horizon (s).
         iterations: refine iterations per control tick.
         world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
-            noise, delay) | ``nominal`` (the twin itself).
+            noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` (a
+            gymnasium env through the task's maps) | ``remote:ADDRESS`` (``serve-world``).
         severity: ShiftedWorld severity (0-3).
         proposer: ``scripted`` (the task's own) | ``none`` (refinement from scratch; no
             baseline row); see ``twinloop.policies.PROPOSERS``.
@@ -50,15 +58,29 @@ class RunConfig:
         out: output folder.
         video: render one refined episode with ghost rollouts.
         record: write every episode to ``out/episodes``.
-        refiner: extra :class:`~twinloop.control.RefinerConfig` fields.
+        twin_timestep: the twin's physics timestep (s), coarser than the scene's to simulate
+            fewer steps per tick (``None``, or not coarser than the scene's: the scene's).
+            Checked once with :func:`~twinloop.control.check_timestep` (stability and
+            candidate ranking). The defaults (K=32, 0.5 s, 10 ms twin steps: 1/8 of the
+            rollout steps of K=64 x 1 s at 5 ms) are the speed study's best setting
+            (``benchmarks/speed.py``, RESULTS.md).
+        refiner: extra :class:`~twinloop.control.RefinerConfig` fields (``prune``, ``carry``,
+            ``risk`` ...).
+        realtime: the world keeps its own clock (:class:`~twinloop.worlds.RealtimeWorld`) and
+            the refined controller plans asynchronously (:class:`~twinloop.control.AsyncController`).
+        rate: world ticks per wall-clock second in real time. Default: 10 ticks per control
+            period for a simulated world (``nominal``/``shifted``, stepped finer so actions
+            apply as they arrive), a gymnasium or remote world's own step rate otherwise.
+        async_control: :class:`~twinloop.control.AsyncConfig` (latency compensation, budget).
+        token: shared token of a ``remote:`` world.
         llm: the language model of an ``llm+...`` optimizer.
     """
 
     task: str = "push-t"
     optimizer: str = "mppi"
     backend: str = "mujoco"
-    num_samples: int = 64
-    horizon: float = 1.0
+    num_samples: int = 32
+    horizon: float = 0.5
     iterations: int = 1
     world: str = "shifted"
     severity: int = 2
@@ -69,19 +91,30 @@ class RunConfig:
     out: str = "twinloop-out"
     video: bool = True
     record: bool = True
+    twin_timestep: float | None = 0.01
     refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
+    realtime: bool = False
+    rate: float | None = None
+    async_control: AsyncConfig = field(default_factory=AsyncConfig)
+    token: str | None = field(default=None, repr=False)
     llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
         choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
         choose("backend", self.backend, BACKENDS)
-        choose("world", self.world, tuple(WORLDS))
+        resolve_world(self.world)
         choose("proposer", self.proposer, tuple(PROPOSERS))
         object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         if self.max_ticks is not None:
             object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
+        if self.twin_timestep is not None:
+            object.__setattr__(self, "twin_timestep", number(self.twin_timestep, "twin_timestep (s)", low=0, low_open=True))
+        if self.rate is not None:
+            object.__setattr__(self, "rate", number(self.rate, "rate (Hz)", low=0, low_open=True))
+        if not isinstance(self.async_control, AsyncConfig):
+            raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
         if not isinstance(self.refiner, dict):
             raise TwinloopError(f"refiner must be a dict of RefinerConfig fields, got {type(self.refiner).__name__}")
         unknown = sorted(set(self.refiner) - {f.name for f in fields(RefinerConfig)})
@@ -98,11 +131,22 @@ class RunConfig:
 
 
 def build(cfg: RunConfig, keep_rollouts: bool = False):
-    """(task, world, proposer, refiner) for a config."""
+    """(task, world, proposer, refiner) for a config; in real time the world is a
+    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`)."""
     task = make_task(cfg.task)
-    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed)
+    sim = cfg.world in ("nominal", "shifted")
+    period = None
+    if cfg.realtime and sim:
+        period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
+    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed, period=period, token=cfg.token)
+    if cfg.realtime:
+        world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
     twin = make_twin(cfg.backend, task.model, task.param_space())
+    if cfg.twin_timestep is not None and cfg.twin_timestep > task.model.opt.timestep * (1 + 1e-9):
+        coarse = make_twin(cfg.backend, task.model, task.param_space(), timestep=cfg.twin_timestep)
+        check_timestep(task, coarse, twin, horizon=cfg.horizon, seed=cfg.seed)
+        twin = coarse
     refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner_config(),
                       keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
@@ -132,44 +176,70 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     return f
 
 
+def world_ticks(cfg: RunConfig, task, world) -> int | None:
+    """Episode length in the world's ticks (the task's, or ``cfg.max_ticks``, in control ticks)."""
+    n = cfg.max_ticks or task.max_ticks
+    return int(round(n * task.control_period / world.period))
+
+
 def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print, mode: str = "new") -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
     ``progress(label, done, total)`` is called after each episode (for progress bars).
     ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an
-    earlier run there (see :func:`twinloop.io.output_folder`).
+    earlier run there (see :func:`twinloop.io.output_folder`). An episode cut short by an
+    error (a lost remote world) is written with what it recorded before the error propagates.
     """
-    from twinloop.run.experiment import run_episode, summarize
+    from twinloop.run.experiment import run_episode, summarize, write_partial
 
     task, world, proposer, refiner = build(cfg)
-    out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
+    try:
+        out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
+    except TwinloopError:
+        world.close()  # a remote world's socket, a real-time world's clock
+        raise
     seeds = episode_seeds(cfg)
     controllers = []
     if proposer is not None:
         controllers.append(("base", Controller(refiner, proposer, refine=False)))
-    controllers.append(("refined", Controller(refiner, proposer, refine=True)))
+    refined = AsyncController(refiner, proposer, cfg.async_control) if cfg.realtime else Controller(refiner, proposer)
+    controllers.append(("refined", refined))
     results = []
     all_eps = {}
+    realtime = {}
+    n_ticks = world_ticks(cfg, task, world)
     t_start = time.perf_counter()
-    for name, ctl in controllers:
-        ds = _dataset(out / "episodes" / name, cfg, task, world, name) if cfg.record else None
-        eps = []
-        for i, s in enumerate(seeds):
-            r = run_episode(world, ctl, s, max_ticks=cfg.max_ticks, episode_index=i, record=ds is not None)
-            if ds is not None:
-                ds.write(r.recorder)
-            r.recorder = None
-            eps.append(r)
-            if progress is not None:
-                progress(name, i + 1, len(seeds))
-        all_eps[name] = eps
-        results.append(summarize(name, eps))
+    try:
+        for name, ctl in controllers:
+            ds = _dataset(out / "episodes" / name, cfg, task, world, name) if cfg.record else None
+            eps, rt = [], []
+            for i, s in enumerate(seeds):
+                try:
+                    r = run_episode(world, ctl, s, max_ticks=n_ticks, episode_index=i, record=ds is not None)
+                except Exception as exc:
+                    write_partial(ds, exc)
+                    raise
+                if ds is not None:
+                    ds.write(r.recorder)
+                r.recorder = None
+                eps.append(r)
+                if isinstance(world, RealtimeWorld):
+                    rt.append({**world.stats(), **(ctl.stats() if isinstance(ctl, AsyncController) else {})})
+                if progress is not None:
+                    progress(name, i + 1, len(seeds))
+            all_eps[name] = eps
+            results.append(summarize(name, eps))
+            if rt:
+                realtime[name] = realtime_summary(rt)
+                results[-1]["realtime"] = realtime[name]
+    finally:
+        world.close()
     summary = {
         "task": task.name,
         "world": world.describe(),
         "seed": cfg.seed,
         "episodes": cfg.episodes,
-        "config": asdict(cfg),
+        "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         "wall_time_s": time.perf_counter() - t_start,
         "results": results,
         "per_episode": {k: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
@@ -182,7 +252,9 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         plot_comparison(summary, out / "comparison.png")
     except ImportError:  # pragma: no cover
         log("plotting unavailable (matplotlib missing)")
-    if cfg.video:
+    if cfg.video and (cfg.realtime or not isinstance(world, SimWorld)):
+        log("no video: videos replay a simulated world in synchronous mode")
+    elif cfg.video:
         from twinloop.viz.video import RenderingUnavailable
 
         try:
@@ -191,6 +263,22 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         except RenderingUnavailable as exc:  # the results are written; only the video is missing
             log(f"no video: {exc}")
     return summary
+
+
+def realtime_summary(rows: list[dict]) -> dict:
+    """Per-episode real-time statistics (world ticks, planner cycles) -> one row: deadline
+    misses over all ticks, medians of the per-episode medians, worst maxima."""
+    ticks = sum(r["ticks"] for r in rows)
+    out = {"ticks": ticks, "misses": sum(r["misses"] for r in rows),
+           "miss_rate": sum(r["misses"] for r in rows) / max(ticks, 1),
+           "action_age_median": float(np.nanmedian([r["age_median"] for r in rows])),
+           "lateness_p99_max": float(np.nanmax([r["lateness_p99"] for r in rows]))}
+    if "cycles" in rows[0]:
+        out.update(cycles=sum(r["cycles"] for r in rows), overruns=sum(r["overruns"] for r in rows),
+                   cycle_median=float(np.nanmedian([r["cycle_median"] for r in rows])),
+                   cycle_max=float(np.nanmax([r["cycle_max"] for r in rows])),
+                   lead_median=float(np.nanmedian([r["lead_median"] for r in rows])))
+    return out
 
 
 def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
@@ -216,7 +304,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
     from twinloop.data.dataset import Dataset
 
     info = {
-        "fps": 1.0 / task.control_period,
+        "fps": 1.0 / world.period,
         "twinloop": {
             "task": task.name,
             "controller": name,
@@ -224,7 +312,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
             "seed": cfg.seed,
             "obs_names": list(task.obs_names),
             "param_names": task.param_space().names,
-            "config": asdict(cfg),
+            "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         },
     }
     return Dataset.create(root, info)

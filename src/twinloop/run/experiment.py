@@ -53,6 +53,14 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
                 stop_on_success: bool = True) -> EpisodeResult:
     """Run one seeded episode of ``controller`` in ``world``.
 
+    The episode ends at success (if ``stop_on_success``), a task failure, the world's
+    ``terminated`` or ``truncated``, or after ``max_ticks`` world ticks (``info["tick"]`` when
+    the world counts them: a real-time world keeps ticking while the controller thinks).
+
+    If the world or the controller raises mid-episode (a lost remote world), the exception
+    carries what was recorded so far as ``exc.episode`` (an unfinished
+    :class:`EpisodeResult`; its recorder is not finished) before it propagates.
+
     Args:
         ghosts: optional ``f(tick_info) -> array`` called each tick to keep what a video draws.
     """
@@ -71,38 +79,50 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     compute = 0.0
     success, failure = False, ""
     k = 0
-    for k in range(1, n + 1):
-        t0 = time.perf_counter()
-        action = controller.act(obs)
-        compute += time.perf_counter() - t0
-        tick = controller.last
-        if ghost_list is not None:
-            ghost_list.append(ghosts(tick))
-        state = task.state_from_obs(obs)
-        if rec is not None:
-            rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
-                    world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
-                    cost=tick.cost if tick is not None else float("nan"), tick=tick)
-        obs, info = world.step(action)
-        if traj is not None:
-            traj.append(info["qpos"])
-        truth = info.get("qpos")
-        q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
-        # a world's own verdict, when it gives one, is the judge; otherwise the task's test
-        success = bool(info["success"]) if "success" in info else bool(task.success(q))
-        failure = "" if success else task.failure(q)
-        if (success and stop_on_success) or failure or info.get("terminated"):
-            break
-    final_q = info.get("qpos")
-    if final_q is None:
-        final_q = task.state_from_obs(obs)[: task.model.nq]
+
+    def result() -> EpisodeResult:
+        final_q = info.get("qpos")
+        if final_q is None:
+            final_q = task.state_from_obs(obs)[: task.model.nq]
+        return EpisodeResult(
+            seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k, failure=failure,
+            control_hz=k / compute if compute > 0 else float("inf"), fallbacks=controller.n_fallbacks,
+            qpos=None if traj is None else np.asarray(traj), ghosts=ghost_list, recorder=rec,
+        )
+
+    try:
+        while True:
+            k += 1
+            t0 = time.perf_counter()
+            action = controller.act(obs, info)
+            compute += time.perf_counter() - t0
+            tick = controller.last
+            if ghost_list is not None:
+                ghost_list.append(ghosts(tick))
+            state = task.state_from_obs(obs)
+            if rec is not None:
+                rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
+                        world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
+                        cost=tick.cost if tick is not None else float("nan"), tick=tick)
+            obs, info = world.step(action)
+            if traj is not None:
+                traj.append(info["qpos"])
+            truth = info.get("qpos")
+            q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
+            # a world's own verdict, when it gives one, is the judge; otherwise the task's test
+            success = bool(info["success"]) if "success" in info else bool(task.success(q))
+            failure = "" if success else task.failure(q)
+            if ((success and stop_on_success) or failure or info.get("terminated") or info.get("truncated")
+                    or info.get("tick", k) >= n):
+                break
+    except Exception as exc:
+        exc.episode = result()
+        raise
+    finally:
+        controller.stop()
     if rec is not None:
         rec.finish(success)
-    return EpisodeResult(
-        seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k, failure=failure,
-        control_hz=k / compute if compute > 0 else float("inf"), fallbacks=controller.n_fallbacks,
-        qpos=None if traj is None else np.asarray(traj), ghosts=ghost_list, recorder=rec,
-    )
+    return result()
 
 
 def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None,
@@ -114,13 +134,27 @@ def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset
     out = []
     for i, seed in enumerate(seeds):
         index = i if dataset is None else len(dataset)
-        r = run_episode(world, controller, number(seed, "seed", low=0, integer=True), episode_index=index, record=record, **kw)
+        try:
+            r = run_episode(world, controller, number(seed, "seed", low=0, integer=True), episode_index=index,
+                            record=record, **kw)
+        except Exception as exc:
+            write_partial(dataset, exc)
+            raise
         if dataset is not None:
             dataset.write(r.recorder)
         out.append(r)
         if progress is not None:
             progress(r)
     return out
+
+
+def write_partial(dataset, exc: BaseException) -> None:
+    """Write the frames an interrupted episode recorded (``exc.episode``) to ``dataset``: an
+    episode cut short by a lost world loses nothing it had recorded (``next.done`` stays
+    false on its last frame)."""
+    ep = getattr(exc, "episode", None)
+    if dataset is not None and ep is not None and ep.recorder is not None and len(ep.recorder):
+        dataset.write(ep.recorder)
 
 
 def summarize(controller_name: str, results: Sequence[EpisodeResult]) -> dict:

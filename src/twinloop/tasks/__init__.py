@@ -17,6 +17,7 @@ from twinloop.tasks.base import Residual, SceneTask, Task, Traj
 TASKS: dict[str, str | Callable[..., Task]] = {
     "push-t": "twinloop.tasks.push_t:PushT",
     "block-push": "twinloop.tasks.block_push:BlockPush",
+    "pusher-v5": "twinloop.tasks.pusher_v5:PusherV5",
 }
 
 

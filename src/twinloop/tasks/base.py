@@ -65,6 +65,9 @@ class Task:
             twin state, named ``qpos:i``, ``qvel:i``, ``act:i``).
         camera: a model camera name for videos, or ``None`` for an orthographic top-down view.
         action_low, action_high: ``(nu,)`` action bounds (default: the actuators' ctrlrange).
+        gym_id: the gymnasium env this task's twin models (``--world gym`` uses it), or
+            ``None``; its observation and action maps are :meth:`obs_from_env` and
+            :meth:`action_to_env`.
     """
 
     name: str = "task"
@@ -74,6 +77,7 @@ class Task:
     max_ticks: int = 100
     cost_stride: int = 5
     camera: str | None = None
+    gym_id: str | None = None
 
     # -- scene -------------------------------------------------------------------------------
 
@@ -180,6 +184,15 @@ class Task:
 
     def check_obs(self, obs) -> np.ndarray:
         return as_array(obs, f"{self.name} observation", (len(self.obs_names),))
+
+    def obs_from_env(self, raw_obs, info: dict) -> np.ndarray:
+        """A gymnasium env's observation (and its step ``info``, where some envs put velocities)
+        -> this task's observation. Default: the raw observation as a float vector."""
+        return np.asarray(raw_obs, dtype=float).ravel()
+
+    def action_to_env(self, action: np.ndarray):
+        """A twin action (this task's units) -> the gymnasium env's action. Default: unchanged."""
+        return action
 
     def obs_units(self) -> tuple[str, ...]:
         """Unit of each observation entry: ``m``, ``rad``, ``m/s`` or ``rad/s`` (what a

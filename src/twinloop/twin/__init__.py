@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+
 import mujoco
+import numpy as np
 
 from twinloop.errors import TwinloopError, choose
 from twinloop.params import ParamSpace
@@ -12,9 +15,20 @@ from twinloop.twin.mujoco import MujocoTwin, state_size
 BACKENDS = ("mujoco", "mjx", "warp")
 
 
-def make_twin(backend: str, model: mujoco.MjModel, param_space: ParamSpace | None = None, **kw) -> Twin:
-    """Build a twin of ``model`` on ``backend`` (``mujoco`` | ``mjx`` | ``warp``)."""
+def make_twin(backend: str, model: mujoco.MjModel, param_space: ParamSpace | None = None,
+              timestep: float | None = None, **kw) -> Twin:
+    """Build a twin of ``model`` on ``backend`` (``mujoco`` | ``mjx`` | ``warp``).
+
+    ``timestep`` (s) simulates the twin at another physics timestep than the model's (a
+    coarser one simulates fewer steps per control tick; check it with
+    :func:`twinloop.control.check_timestep` before trusting it).
+    """
     choose("backend", backend, BACKENDS)
+    if timestep is not None:
+        if not (isinstance(timestep, (int, float)) and np.isfinite(timestep) and timestep > 0):
+            raise TwinloopError(f"timestep must be > 0 s, got {timestep!r}")
+        model = copy.copy(model)  # MjModel's copy is deep: the task's model is untouched
+        model.opt.timestep = float(timestep)
     if backend == "mujoco":
         return MujocoTwin(model, param_space, **kw)
     if backend == "mjx":

@@ -1,27 +1,45 @@
 """Worlds: what the robot really acts in (a driver, a gymnasium env, or a stand-in).
 
 ``make_world(task, name, **options)`` builds one by registry name; the CLI's ``--world``
-choices come from :data:`WORLDS`.
+choices come from :data:`WORLDS`. A name with an argument is registered as ``PREFIX:ARG``
+(``gym:ENV_ID``, ``remote:ADDRESS``) and matches any ``PREFIX:...``; plain ``gym`` is the
+task's own gymnasium env (``task.gym_id``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from twinloop.errors import TwinloopError, choose
+from twinloop.errors import TwinloopError
 from twinloop.worlds.base import SimWorld, World
 from twinloop.worlds.bullet import BulletWorld
 from twinloop.worlds.changing import ChangingWorld
 from twinloop.worlds.gym import GymWorld
+from twinloop.worlds.realtime import RealtimeWorld, TickRecord
 from twinloop.worlds.shifted import ShiftedWorld, shifted_params
 
 
-def _nominal(task, **_) -> World:
-    return SimWorld(task)
+def _nominal(task, period: float | None = None, **_) -> World:
+    return SimWorld(task, period=period)
 
 
-def _shifted(task, severity: int = 2, seed: int = 0, **_) -> World:
-    return ShiftedWorld(task, severity=severity, seed=seed)
+def _shifted(task, severity: int = 2, seed: int = 0, period: float | None = None, **_) -> World:
+    return ShiftedWorld(task, severity=severity, seed=seed, period=period)
+
+
+def _gym(task, env_id: str = "", **_) -> World:
+    env_id = env_id or task.gym_id
+    if not env_id:
+        raise TwinloopError(f"task {task.name!r} names no gymnasium env; give one as gym:ENV_ID")
+    return GymWorld(env_id, task=task)
+
+
+def _remote(task, address: str = "", token: str | None = None, timeout: float = 5.0, **_) -> World:
+    from twinloop.worlds.remote import RemoteWorld  # needs the [remote] extra (pyzmq)
+
+    if not address:
+        raise TwinloopError("a remote world needs an address: remote:HOST:PORT")
+    return RemoteWorld(address, task=task, token=token, timeout=timeout)
 
 
 def _changing(task, change_at: int | None = 40, factors: dict | None = None, noise: int = 1, **_) -> World:
@@ -37,17 +55,34 @@ WORLDS: dict[str, Callable[..., World]] = {
     "nominal": _nominal,
     "changing": _changing,
     "bullet": _bullet,  # needs the [bullet] extra (PyBullet)
+    "gym": _gym,
+    "gym:ENV_ID": _gym,
+    "remote:ADDRESS": _remote,
 }
 
 
+def resolve_world(name: str) -> tuple[Callable[..., World], str | None]:
+    """``(factory, argument)`` for a world name; the argument is what follows ``PREFIX:``."""
+    if not isinstance(name, str):
+        raise TwinloopError(f"world must be a name, got {name!r}")
+    if ":" not in name and name in WORLDS:
+        return WORLDS[name], None
+    for key, factory in WORLDS.items():
+        prefix, sep, _ = key.partition(":")
+        if sep and name.startswith(prefix + ":") and len(name) > len(prefix) + 1:
+            return factory, name[len(prefix) + 1:]
+    raise TwinloopError(f"unknown world {name!r}; choose one of: {', '.join(WORLDS)}")
+
+
 def make_world(task, name: str, **options) -> World:
-    """A world for ``task`` by registry name; ``options`` (``severity``, ``seed`` ...) go to its
-    factory, which ignores those it does not use."""
-    choose("world", name, tuple(WORLDS))
-    world = WORLDS[name](task, **options)
+    """A world for ``task`` by registry name; ``options`` (``severity``, ``seed``, ``period``,
+    ``token`` ...) go to its factory, which ignores those it does not use."""
+    factory, arg = resolve_world(name)
+    world = factory(task, **options) if arg is None else factory(task, arg, **options)
     if not isinstance(world, World):
         raise TwinloopError(f"world {name!r}: its factory returned {type(world).__name__}, not a World")
     return world
 
 
-__all__ = ["WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "ShiftedWorld", "SimWorld", "World", "make_world", "shifted_params"]
+__all__ = ["WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "RealtimeWorld", "ShiftedWorld", "SimWorld",
+           "TickRecord", "World", "make_world", "resolve_world", "shifted_params"]

@@ -7,10 +7,14 @@ A world is what the robot really acts in::
     world.info()                       # what the last reset or step reported
     world.describe()                   # JSON-serializable: what kind of world, what is hidden
 
-``info`` carries at least ``time`` (s) and, for simulated worlds, ``qpos``/``qvel`` (the
-hidden true state, used by benchmarks and success tests, never by controllers). A world may
-also report ``terminated`` (the episode is over: stop), ``truncated`` and ``success`` (its own
+``info`` carries at least ``time`` (s, world time of the observation) and ``tick`` (steps
+since reset) and, for simulated worlds, ``qpos``/``qvel`` (the hidden true state, used by
+benchmarks and success tests, never by controllers). A world may also report ``terminated``
+(the episode is over: stop), ``truncated`` (stop: a time limit) and ``success`` (its own
 verdict, which then replaces the task's test).
+
+``world.period`` is the world time (s) one ``step`` advances: the task's control period,
+unless a world is made finer for a real-time wrapper (``SimWorld(task, period=0.01)``).
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ class World:
     Attributes:
         task: the task whose controller acts here.
         name: the world's kind (``nominal``, ``shifted``, ``gym`` ...).
+        period: world time (s) one ``step`` advances.
     """
 
     name = "world"
     task: Task
+    period: float
 
     def reset(self, seed: int) -> np.ndarray:
         """Start an episode; the same seed gives the same episode. Returns the observation."""
@@ -43,7 +49,7 @@ class World:
 
     def info(self) -> dict:
         """What the last ``reset``/``step`` reported (default: nothing beyond the clock)."""
-        return {"time": 0.0}
+        return {"time": 0.0, "tick": 0}
 
     def describe(self) -> dict:
         """JSON-serializable description (what kind of world, what it hides from the twin)."""
@@ -58,18 +64,27 @@ class SimWorld(World):
 
     Subclasses change ``self.model`` (hidden physics) and override ``_observe`` / ``_actuate``
     (noise, delay).
+
+    Args:
+        task: the task.
+        model: the world's model (default: the task's nominal model).
+        period: world time (s) per ``step`` (default: the task's control period); a finer
+            period lets a real-time wrapper apply actions as they arrive. A multiple of the
+            model's timestep.
     """
 
     name = "nominal"
 
-    def __init__(self, task: Task, model: mujoco.MjModel | None = None):
+    def __init__(self, task: Task, model: mujoco.MjModel | None = None, period: float | None = None):
         self.task = task
         self.model = model if model is not None else task.model
         self.data = mujoco.MjData(self.model)
-        n = task.control_period / self.model.opt.timestep
-        if abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
-            raise TwinloopError(f"the world's timestep {self.model.opt.timestep:g} s does not divide the control "
-                                f"period {task.control_period:g} s")
+        self.period = float(task.control_period if period is None else period)
+        n = self.period / self.model.opt.timestep
+        if not np.isfinite(n) or abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
+            raise TwinloopError(f"the world's timestep {self.model.opt.timestep:g} s does not divide its step period "
+                                f"{self.period:g} s (period={period!r}; default: the task's control period "
+                                f"{task.control_period:g} s)")
         self.substeps = int(round(n))
         self.rng = np.random.default_rng(0)
         self.t = 0
@@ -109,7 +124,7 @@ class SimWorld(World):
 
     def info(self) -> dict:
         d = self.data
-        return {"time": self.t * self.task.control_period, "qpos": d.qpos.copy(), "qvel": d.qvel.copy()}
+        return {"time": self.t * self.period, "tick": self.t, "qpos": d.qpos.copy(), "qvel": d.qvel.copy()}
 
     def true_state(self) -> np.ndarray:
         d = self.data

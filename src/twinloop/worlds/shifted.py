@@ -70,6 +70,8 @@ class ShiftedWorld(SimWorld):
         severity: 0 (identical to nominal) .. 3 (severe); 2 is the demo default.
         seed: draws the hidden parameter values (not the episodes: ``reset(seed)`` seeds
             the start state and the noise).
+        period: world time per ``step`` (default: the task's control period), see
+            :class:`SimWorld`.
 
     Attributes:
         hidden_params: ``(n,)`` true parameter values, order of ``param_space``.
@@ -80,7 +82,7 @@ class ShiftedWorld(SimWorld):
 
     name = "shifted"
 
-    def __init__(self, task: Task, severity: int = 2, seed: int = 0):
+    def __init__(self, task: Task, severity: int = 2, seed: int = 0, period: float | None = None):
         if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:
             raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
         self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)
@@ -91,7 +93,7 @@ class ShiftedWorld(SimWorld):
             model.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER
             model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
             model.geom_solref[:, 0] *= 2.0
-        super().__init__(task, model)
+        super().__init__(task, model, period)
         self.delay_steps = DELAY_STEPS[self.severity]
         self.obs_noise = noise_scales(task, self.severity)
         self._queue: deque[np.ndarray] = deque()
