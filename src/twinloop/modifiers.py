@@ -84,6 +84,7 @@ class Modifier:
             form sets once (e.g. "the centre of mass is at the body origin" is no longer true);
             an MJX model must have them already.
         signal: acts on signals (controls, measurements), not on the model.
+        inverse: ``f(first cell's value) -> x``, reading the parameter back from a model.
     """
 
     objects: tuple[str, ...]
@@ -94,15 +95,14 @@ class Modifier:
     set_const: bool = False
     flags: Callable = lambda model, oid: []
     signal: bool = False
+    inverse: Callable = lambda first: first
 
     def read(self, model: mujoco.MjModel, cells: list[Cell]) -> float:
         """The parameter's value in ``model`` (from its first cell; 0 for a signal kind)."""
         if not cells:
             return 0.0
         attr, idx = cells[0]
-        v = float(getattr(model, attr)[idx])
-        # the modifiers whose first cell holds a negated or scaled value invert it here
-        return {"kv": -v, "forcelimit": -v}.get(self.field, v)
+        return float(self.inverse(float(getattr(model, attr)[idx])))
 
 
 def _one(attr: str, col: int | None = None) -> Callable:
@@ -200,11 +200,12 @@ for _m in (
     Modifier(("geom", "pair"), "timeconst", "contact stiffness: solref time constant (s)", _solref(0)),
     Modifier(("geom", "pair"), "dampratio", "contact damping: solref damping ratio", _solref(1)),
     Modifier(("actuator",), "kp", "position servo stiffness (N/m or N m/rad)", _kp_cells, lambda x, b: [x, -x]),
-    Modifier(("actuator",), "kv", "position servo damping (N s/m)", _kv_cells, lambda x, b: [-x]),
+    Modifier(("actuator",), "kv", "position servo damping (N s/m)", _kv_cells, lambda x, b: [-x],
+             inverse=lambda first: -first),
     Modifier(("actuator",), "gear", "transmission gear ratio", _one("actuator_gear", 0)),
     Modifier(("actuator",), "bias", "constant actuator force offset (N)", _one("actuator_biasprm", 0)),
     Modifier(("actuator",), "forcelimit", "symmetric actuator force limit (N)", _forcelimit_cells,
-             lambda x, b: [-x, x]),
+             lambda x, b: [-x, x], inverse=lambda first: -first),
     Modifier(("joint",), "damping", "joint damping (N s/m or N m s/rad)", _dof("dof_damping")),
     Modifier(("joint",), "armature", "joint armature (kg or kg m^2)", _dof("dof_armature"), set_const=True),
     Modifier(("joint",), "frictionloss", "joint dry friction (N or N m)", _dof("dof_frictionloss")),
