@@ -67,7 +67,7 @@ from twinloop.calib import CalibConfig, calibrate, as_trajectories
 from twinloop.calib.windows import Trajectory
 from twinloop.calib.posterior import laplace
 from twinloop.calib.gap import GapConfig, divergence, gap
-from twinloop.calib.rsr import RSRConfig, RSRLoop
+from twinloop.run.rsr import RSRConfig, RSRLoop
 from twinloop.run.compare import RunConfig
 from twinloop.stats import wilson
 from twinloop.cli import app
@@ -206,10 +206,9 @@ KNOBS = {
                     "pos_scale": 0, "angle_scale": 0, "vel_scale": 0, "stride": 0, "delay_steps": -1,
                     "start_clearance": 0, "cma_popsize": 1},
     "GapConfig": {"n_boot": 0, "level": 1, "max_samples": 3, "n_projections": 0, "ridge": -0.1, "seed": -1},
-    "RSRConfig": {"iterations": 0, "episodes": 0, "eval_episodes": 0, "beta": -0.1, "particles": 0, "num_samples": 1,
-                  "horizon": 0, "severity": 4, "seed": -1, "world_seed": -1, "max_ticks": 0},
-    "RunConfig": {"episodes": 0, "severity": 4, "num_samples": 1, "horizon": 0, "iterations": 0, "seed": -1,
-                  "max_ticks": 0},
+    "RSRConfig": {"rounds": 0, "episodes": 0, "eval_episodes": 0, "beta": -0.1, "particles": 0,
+                  "severity": 4, "seed": -1, "world_seed": -1, "max_ticks": 0},
+    "RunConfig": {"episodes": 0, "severity": 4, "seed": -1, "max_ticks": 0},
 }
 NONE_OK = {"deadline", "stride", "delay_steps", "start_clearance", "max_ticks", "cma_popsize"}
 

@@ -22,7 +22,7 @@ import json
 import time
 from pathlib import Path
 
-from twinloop.control import AsyncConfig, AsyncController
+from twinloop.control import AsyncConfig, AsyncController, RefinerConfig
 from twinloop.run.compare import RunConfig, build, episode_seeds, realtime_summary, world_ticks
 from twinloop.run.experiment import run_episode
 from twinloop.stats import wilson
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--twin-timestep", type=float, default=0.01)
     ap.add_argument("--out", default="benchmarks/results/realtime.json")
     a = ap.parse_args()
-    base = {"num_samples": a.num_samples, "horizon": a.horizon, "twin_timestep": a.twin_timestep}
+    base = {"refiner": RefinerConfig(num_samples=a.num_samples, horizon=a.horizon), "twin_timestep": a.twin_timestep}
     rows = []
     print(f"push-t shifted (severity 2, world seed 0), world at 100 Hz real time, control 10 Hz, "
           f"K={a.num_samples}, {a.horizon:g} s horizon, twin step {1000 * a.twin_timestep:g} ms")

@@ -1,12 +1,12 @@
-"""Ablation of InfoGap's beta in the RSR loop: the sim-real gap after N iterations, over seeds.
+"""Ablation of InfoGap's beta in the RSR loop: the sim-real gap after N rounds, over seeds.
 
 For each seed s (world seed s + 1: hidden physics; loop seed s: episodes, particles, fits) the
 same RSR loop runs with beta = 0 (collect with the task cost only) and with each beta > 0
 (collect where the parameter particles disagree). Evaluation episodes use the same seeds in
-both arms, so the gaps are paired. Reported per beta: the gap after the last iteration (mean
+both arms, so the gaps are paired. Reported per beta: the gap after the last round (mean
 over seeds, with each seed's value and 95% interval), the largest relative parameter error and
 the refined success rate; then, per beta > 0, the paired difference from beta = 0 (gap and
-parameter error after the last iteration, mean over seeds with a 95% bootstrap interval, and
+parameter error after the last round, mean over seeds with a 95% bootstrap interval, and
 how many seeds improved) -- the question the ablation asks.
 
     python benchmarks/rsr_beta.py                          # quick: 2 seeds, beta 0 vs 0.1
@@ -19,13 +19,14 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from twinloop.calib import RSRConfig, run_rsr
+from twinloop.run.rsr import RSRConfig, run_rsr
 from twinloop.stats import bootstrap_ci
 
 
@@ -33,8 +34,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.1])
-    p.add_argument("--iterations", type=int, default=3)
-    p.add_argument("--episodes", type=int, default=2, help="collected per iteration")
+    p.add_argument("--rounds", "--iterations", type=int, default=3)
+    p.add_argument("--episodes", type=int, default=2, help="collected per round")
     p.add_argument("--eval-episodes", type=int, default=3)
     p.add_argument("--max-ticks", type=int, default=30)
     p.add_argument("--task", default="block-push")
@@ -51,22 +52,23 @@ def main() -> None:
     for s in range(args.seeds):
         for beta in args.betas:
             cfg = RSRConfig(task=args.task, severity=args.severity, world_seed=s + 1, seed=s,
-                            iterations=args.iterations, episodes=args.episodes, eval_episodes=args.eval_episodes,
+                            rounds=args.rounds, episodes=args.episodes, eval_episodes=args.eval_episodes,
                             max_ticks=args.max_ticks, beta=beta, params=tuple(args.params.split(",")),
-                            method=args.method, gap_metric=args.gap_metric)
+                            calib=replace(RSRConfig().calib, method=args.method),
+                            gap=replace(RSRConfig().gap, metric=args.gap_metric))
             t0 = time.perf_counter()
             res = run_rsr(cfg, root / f"seed{s}_beta{beta:g}")
-            last = res.iterations[-1]
+            last = res.rounds[-1]
             runs[beta].append({"seed": s, "gap": last["gap"], "gap_ci": last["gap_ci"],
-                               "gap_start": res.iterations[0]["gap"], "param_error": last["param_error"],
+                               "gap_start": res.rounds[0]["gap"], "param_error": last["param_error"],
                                "success_rate": last["success_rate"], "seconds": time.perf_counter() - t0})
-            console.log(f"seed {s} beta {beta:g}: gap {res.iterations[0]['gap']:.4g} -> {last['gap']:.4g} "
+            console.log(f"seed {s} beta {beta:g}: gap {res.rounds[0]['gap']:.4g} -> {last['gap']:.4g} "
                         f"[{last['gap_ci'][0]:.3g}, {last['gap_ci'][1]:.3g}], param error {last['param_error']:.1%}, "
                         f"success {last['success_rate']:.0%} ({time.perf_counter() - t0:.0f} s)")
-    t = Table(title=f"RSR beta ablation: {args.task}, severity {args.severity}, {args.iterations} iterations x "
+    t = Table(title=f"RSR beta ablation: {args.task}, severity {args.severity}, {args.rounds} rounds x "
                     f"{args.episodes} episodes, gap = {args.gap_metric} on {args.eval_episodes} eval episodes, "
                     f"{args.seeds} seeds")
-    for c in ("beta", "gap at start (mean)", f"gap after {args.iterations} (mean)", "per seed [95% CI]",
+    for c in ("beta", "gap at start (mean)", f"gap after {args.rounds} (mean)", "per seed [95% CI]",
               "param error (mean)", "success (mean)", "wall time / run"):
         t.add_column(c, justify="right")
     for beta, rows in runs.items():
@@ -77,7 +79,7 @@ def main() -> None:
     console.print(t)
     base = runs.get(0.0)
     if base is not None and len(runs) > 1:
-        d = Table(title=f"paired difference from beta 0 after {args.iterations} iterations ({args.seeds} seeds; "
+        d = Table(title=f"paired difference from beta 0 after {args.rounds} rounds ({args.seeds} seeds; "
                         "negative = beta helps)")
         for c in ("beta", "gap difference (mean)", "95% bootstrap CI", "seeds with a lower gap",
                   "param error difference (mean)", "95% bootstrap CI ", "seeds with a lower param error"):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop.control import Controller
+from twinloop.control import Controller, RefinerConfig
 from twinloop.run.compare import RunConfig, build, episode_seeds
 from twinloop.run.experiment import run_episode
 from twinloop.stats import wilson
@@ -30,18 +30,18 @@ from twinloop.stats import wilson
 DEFAULT_STEPS = 64 * 200
 
 SETTINGS = {
-    "k64_h1.0_dt5": dict(num_samples=64, horizon=1.0, twin_timestep=None),
-    "k64_h0.5_dt5": dict(num_samples=64, horizon=0.5, twin_timestep=None),
-    "k32_h0.5_dt5": dict(num_samples=32, horizon=0.5, twin_timestep=None),
-    "k16_h0.5_dt5": dict(num_samples=16, horizon=0.5, twin_timestep=None),
-    "k32_h0.5_dt10": dict(num_samples=32, horizon=0.5, twin_timestep=0.01),
-    "k64_h0.5_dt20": dict(num_samples=64, horizon=0.5, twin_timestep=0.02),
-    "k32_h1.0_dt20": dict(num_samples=32, horizon=1.0, twin_timestep=0.02),
-    "k32_h0.5_dt10_carry4": dict(num_samples=32, horizon=0.5, twin_timestep=0.01, refiner={"carry": 4}),
-    "k32_h0.5_dt10_prune": dict(num_samples=32, horizon=0.5, twin_timestep=0.01, refiner={"prune": 0.5}),
-    "k16_h0.5_dt10": dict(num_samples=16, horizon=0.5, twin_timestep=0.01),
-    "k32_h0.5_dt20": dict(num_samples=32, horizon=0.5, twin_timestep=0.02),
-    "k16_h0.5_dt20": dict(num_samples=16, horizon=0.5, twin_timestep=0.02),
+    "k64_h1.0_dt5": dict(refiner=RefinerConfig(num_samples=64, horizon=1.0), twin_timestep=None),
+    "k64_h0.5_dt5": dict(refiner=RefinerConfig(num_samples=64, horizon=0.5), twin_timestep=None),
+    "k32_h0.5_dt5": dict(refiner=RefinerConfig(num_samples=32, horizon=0.5), twin_timestep=None),
+    "k16_h0.5_dt5": dict(refiner=RefinerConfig(num_samples=16, horizon=0.5), twin_timestep=None),
+    "k32_h0.5_dt10": dict(refiner=RefinerConfig(num_samples=32, horizon=0.5), twin_timestep=0.01),
+    "k64_h0.5_dt20": dict(refiner=RefinerConfig(num_samples=64, horizon=0.5), twin_timestep=0.02),
+    "k32_h1.0_dt20": dict(refiner=RefinerConfig(num_samples=32, horizon=1.0), twin_timestep=0.02),
+    "k32_h0.5_dt10_carry4": dict(refiner=RefinerConfig(num_samples=32, horizon=0.5, carry=4), twin_timestep=0.01),
+    "k32_h0.5_dt10_prune": dict(refiner=RefinerConfig(num_samples=32, horizon=0.5, prune=0.5), twin_timestep=0.01),
+    "k16_h0.5_dt10": dict(refiner=RefinerConfig(num_samples=16, horizon=0.5), twin_timestep=0.01),
+    "k32_h0.5_dt20": dict(refiner=RefinerConfig(num_samples=32, horizon=0.5), twin_timestep=0.02),
+    "k16_h0.5_dt20": dict(refiner=RefinerConfig(num_samples=16, horizon=0.5), twin_timestep=0.02),
 }
 
 

@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
+from twinloop.control import RefinerConfig
 from twinloop.errors import TwinloopError
-from twinloop.policies.distill_loop import DistillConfig, min_k, run_distill
 from twinloop.policies.distilled import (
     Demo,
     DistilledPolicy,
@@ -15,6 +15,7 @@ from twinloop.policies.distilled import (
     chunk_targets,
     require_torch,
 )
+from twinloop.run.distill import DistillConfig, min_k, run_distill
 from twinloop.tasks import make_task
 
 
@@ -157,7 +158,8 @@ def test_distill_config_rejects_bad_values():
 
 def test_tiny_distill_loop_on_block_push_writes_rounds_and_aggregates_data(torch, tmp_path):
     cfg = DistillConfig(task="block-push", world="nominal", collect=2, episodes=2, dagger_episodes=1,
-                        rounds=2, num_samples=8, k_sweep=(4, 8), epochs=3, max_ticks=8, seed=1,
+                        rounds=2, refiner=RefinerConfig(num_samples=8), k_sweep=(4, 8),
+                        policy=PolicyConfig(epochs=3), max_ticks=8, seed=1,
                         out=str(tmp_path / "run"))
     summary = run_distill(cfg, log=lambda msg: None)
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -175,7 +177,6 @@ def test_tiny_distill_loop_on_block_push_writes_rounds_and_aggregates_data(torch
     assert rounds[1]["train_episodes"] == rounds[0]["train_episodes"] + 1
     assert (tmp_path / "run" / "policy_round2.pt").is_file()
     assert summary["rounds"] == rounds
-
 
 
 def test_distill_command_runs_and_rejects_bad_input_clearly(torch, tmp_path):

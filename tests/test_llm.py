@@ -267,7 +267,7 @@ def test_base_url_and_model_come_from_the_environment(monkeypatch):
 
 def test_a_run_with_a_language_model_needs_two_iterations():
     with pytest.raises(TwinloopError, match="iterations >= 2"):
-        RunConfig(optimizer="llm+mppi", iterations=1)
+        RunConfig(optimizer="llm+mppi", refiner=RefinerConfig(iterations=1))
 
 
 def test_bad_model_settings_are_rejected():

@@ -7,16 +7,20 @@ from dataclasses import replace
 
 import pytest
 
-from twinloop.calib import RSRConfig, RSRLoop, run_rsr
+from twinloop.calib import CalibConfig, GapConfig
+from twinloop.control import RefinerConfig
 from twinloop.errors import TwinloopError
+from twinloop.run.rsr import RSRConfig, RSRLoop, run_rsr
 
-TINY = RSRConfig(iterations=2, episodes=1, eval_episodes=1, max_ticks=8, max_evals=20, errors_in_variables=False, num_samples=8,
-                 particles=2, horizon=0.3, params=("block_friction", "block_mass"), beta=0.05)
-COMPARED = ("iteration", "gap", "gap_ci", "param_error", "success_rate", "estimate")
+TINY = RSRConfig(rounds=2, episodes=1, eval_episodes=1, max_ticks=8,
+                 calib=CalibConfig(method="cma", max_evals=20, errors_in_variables=False, delay_steps=None),
+                 refiner=RefinerConfig(num_samples=8, horizon=0.3), particles=2,
+                 params=("block_friction", "block_mass"), beta=0.05)
+COMPARED = ("round", "gap", "gap_ci", "param_error", "success_rate", "estimate")
 
 
 def _strip(summary):
-    return [{k: it[k] for k in COMPARED} for it in summary["iterations"]]
+    return [{k: it[k] for k in COMPARED} for it in summary["rounds"]]
 
 
 @pytest.fixture(scope="module")
@@ -24,29 +28,29 @@ def uninterrupted(tmp_path_factory):
     return run_rsr(TINY, tmp_path_factory.mktemp("full"))
 
 
-def test_summary_has_the_shared_schema_and_one_record_per_iteration(uninterrupted):
+def test_summary_has_the_shared_schema_and_one_record_per_round(uninterrupted):
     s = uninterrupted.summary
-    assert {"task", "world", "seed", "episodes", "results", "iterations"} <= set(s)
-    assert [it["iteration"] for it in s["iterations"]] == [0, 1, 2]
-    for it in s["iterations"]:
+    assert {"task", "world", "seed", "episodes", "results", "rounds"} <= set(s)
+    assert [it["round"] for it in s["rounds"]] == [0, 1, 2]
+    for it in s["rounds"]:
         assert it["gap_ci"][0] <= it["gap"] <= it["gap_ci"][1]
         assert it["param_error"] >= 0 and 0 <= it["success_rate"] <= 1
     on_disk = json.loads((uninterrupted.out / "summary.json").read_text())
-    assert on_disk["iterations"] == s["iterations"]
+    assert on_disk["rounds"] == s["rounds"]
     assert uninterrupted.paths["plot"].exists()
     assert set(s["truth"]) == {"block_friction", "block_mass"}
 
 
 def test_param_error_is_the_largest_relative_error(uninterrupted):
     s = uninterrupted.summary
-    for it in s["iterations"]:
+    for it in s["rounds"]:
         errs = [abs(it["estimate"][n] - s["truth"][n]) / s["truth"][n] for n in s["truth"]]
         assert it["param_error"] == pytest.approx(max(errs))
 
 
 def test_a_killed_loop_resumes_where_it_stopped_with_the_same_result(uninterrupted, tmp_path):
-    run_rsr(replace(TINY, iterations=1), tmp_path)  # the run that got killed after iteration 1 ...
-    (tmp_path / "episodes" / "collect_02" / "meta").mkdir(parents=True)  # ... half-way into iteration 2
+    run_rsr(replace(TINY, rounds=1), tmp_path)  # the run that got killed after round 1 ...
+    (tmp_path / "episodes" / "collect_02" / "meta").mkdir(parents=True)  # ... half-way into round 2
     resumed = run_rsr(TINY, tmp_path, mode="resume")
     assert resumed.resumed_at == 2
     assert _strip(resumed.summary) == _strip(uninterrupted.summary)
@@ -54,7 +58,7 @@ def test_a_killed_loop_resumes_where_it_stopped_with_the_same_result(uninterrupt
 
 def test_a_finished_loop_is_not_rerun(uninterrupted):
     again = RSRLoop(TINY, uninterrupted.out, mode="resume").run()
-    assert again.resumed_at == TINY.iterations + 1
+    assert again.resumed_at == TINY.rounds + 1
     assert _strip(again.summary) == _strip(uninterrupted.summary)
 
 
@@ -64,12 +68,12 @@ def test_resuming_with_another_config_is_refused(uninterrupted):
 
 
 def test_bad_config_is_named():
-    with pytest.raises(TwinloopError, match="iterations"):
-        RSRConfig(iterations=0)
+    with pytest.raises(TwinloopError, match="rounds"):
+        RSRConfig(rounds=0)
     with pytest.raises(TwinloopError, match="beta"):
         RSRConfig(beta=-1)
     with pytest.raises(TwinloopError, match="gap metric"):
-        RSRConfig(gap_metric="tv")
+        RSRConfig(gap=GapConfig(metric="tv"))
 
 
 def test_cli_runs_rsr_and_calibrates_its_episodes(tmp_path):
@@ -83,7 +87,7 @@ def test_cli_runs_rsr_and_calibrates_its_episodes(tmp_path):
                               "--max-ticks", "8", "--max-evals", "15", "--no-errors-in-variables", "-k", "8", "--particles", "2",
                               "--horizon", "0.3", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert json.loads((out / "summary.json").read_text())["iterations"][-1]["iteration"] == 1
+    assert json.loads((out / "summary.json").read_text())["rounds"][-1]["round"] == 1
     res = runner.invoke(app, ["calibrate", str(out / "episodes" / "collect_01"), "--params",
                               "block_friction,block_mass", "--max-evals", "60", "--holdout", "0",
                               "--out", str(tmp_path / "cal")])

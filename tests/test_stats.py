@@ -1,11 +1,13 @@
-"""Specification of twinloop.stats: Wilson intervals and seeded bootstrap intervals."""
+"""Specification of twinloop.stats: Wilson intervals, seeded bootstrap intervals and the ranking
+metrics of policy evaluation (Pearson, Spearman, Kendall, SIMPLER's MMRV) on hand-computed
+examples."""
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
 from twinloop.errors import TwinloopError
-from twinloop.stats import bootstrap_ci, wilson
+from twinloop.stats import bootstrap_ci, kendall, mmrv, pearson, spearman, wilson
 
 Z95 = float(sps.norm.ppf(0.975))
 
@@ -78,3 +80,46 @@ def test_bootstrap_rejects_bad_input(kw, match):
     args = {"values": [1.0, 2.0, 3.0], **kw}
     with pytest.raises(TwinloopError, match=match):
         bootstrap_ci(**args)
+
+
+# -- ranking metrics -------------------------------------------------------------------------
+
+
+def test_pearson_matches_a_hand_computed_example():
+    # centred x = (-1, 0, 1), y = (-7, -1, 8)/3: r = 5 / sqrt(2 * 114/9)
+    assert pearson([1, 2, 3], [2, 4, 7]) == pytest.approx(5 / np.sqrt(2 * 114 / 9), abs=1e-12)
+
+
+def test_pearson_is_one_for_equal_values_and_undefined_for_a_constant_side():
+    assert pearson([0.3, 0.3], [0.3, 0.3]) == 1.0  # SIMPLER's convention
+    assert np.isnan(pearson([0.5, 0.5, 0.5], [0.1, 0.4, 0.9]))
+
+
+def test_spearman_shares_ranks_between_ties():
+    # twin ranks (1.5, 1.5, 3, 4), world ranks (1, 2, 3, 4): rho = 4.5 / sqrt(4.5 * 5)
+    assert spearman([0.1, 0.1, 0.5, 0.9], [0.0, 0.2, 0.3, 0.8]) == pytest.approx(4.5 / np.sqrt(22.5), abs=1e-12)
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+
+
+def test_kendall_counts_concordant_minus_discordant_pairs():
+    assert kendall([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx((5 - 1) / 6)
+
+
+def test_mmrv_is_the_mean_of_each_policys_largest_misordered_real_gap():
+    # policies 1 and 2 are swapped by the twin; their real rates differ by 0.5
+    assert mmrv([0.1, 0.5, 0.9], [0.2, 0.9, 0.4]) == pytest.approx(1 / 3)
+    # a swap of two policies 10 points apart in the world, four policies: (0.1 + 0.1) / 4
+    assert mmrv([0.2, 0.6, 0.4, 0.8], [0.1, 0.5, 0.6, 0.9]) == pytest.approx(0.05)
+    assert mmrv([0.1, 0.2, 0.3], [0.0, 0.5, 1.0]) == 0.0
+
+
+def test_mmrv_charges_a_tie_in_the_twin_once_as_simpler_does():
+    # (s1 > s0) is False but (r1 > r0) is True: policy 1 gets the violation 0.6, policy 0 none
+    assert mmrv([0.5, 0.5], [0.2, 0.8]) == pytest.approx(0.3)
+
+
+def test_ranking_metrics_need_two_policies_of_equal_count():
+    with pytest.raises(TwinloopError, match="at least two"):
+        pearson([0.5], [0.5])
+    with pytest.raises(TwinloopError, match="world values"):
+        mmrv([0.1, 0.2], [0.1, 0.2, 0.3])

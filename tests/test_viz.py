@@ -162,14 +162,14 @@ def test_plot_comparison_names_a_missing_key(tmp_path):
 
 
 def test_plot_curves_writes_a_png_with_bands_and_per_parameter_lines(tmp_path):
-    its = [{"iteration": i, "gap": 1 / (i + 1), "gap_ci": [0.8 / (i + 1), 1.2 / (i + 1)],
+    its = [{"round": i, "gap": 1 / (i + 1), "gap_ci": [0.8 / (i + 1), 1.2 / (i + 1)],
             "param_error": {"friction": 0.5 / (i + 1), "mass": 0.3}, "success_rate": 0.2 + 0.1 * i}
            for i in range(4)]
     assert is_png(plot_curves(its, tmp_path / "curves.png"))
 
 
-def test_plot_curves_names_a_key_no_iteration_has(tmp_path):
-    with pytest.raises(TwinloopError, match=r"no iteration has key\(s\) \['param_error'\]"):
+def test_plot_curves_names_a_key_no_round_has(tmp_path):
+    with pytest.raises(TwinloopError, match=r"no round has key\(s\) \['param_error'\]"):
         plot_curves([{"gap": 1.0, "success_rate": 0.5}], tmp_path / "c.png")
 
 

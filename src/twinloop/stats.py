@@ -9,6 +9,15 @@
 
 - :func:`bootstrap_ci`: percentile bootstrap of any statistic of a sample (mean final error,
   gap, ...), seeded so the same data and seed give the same interval.
+- How well a twin ranks policies (SIMPLER, Li et al. 2024, ``simpler_env/utils/metrics.py``):
+  :func:`pearson` r and :func:`spearman` rho between per-policy success in the twin ``s`` and
+  in the world ``r``, :func:`kendall` tau-b between two rankings, and the mean maximum rank
+  violation::
+
+      MMRV = 1/N sum_i max_j |r_i - r_j| * 1[(s_i > s_j) != (r_i > r_j)]
+
+  (for each policy, the largest real success gap to a policy the twin orders the other way;
+  0 = the twin never misorders a pair that matters).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from collections.abc import Callable
 from numbers import Integral
 
 import numpy as np
+from scipy import stats as _scipy_stats
 
 from twinloop.errors import TwinloopError, as_array
 
@@ -77,4 +87,42 @@ def bootstrap_ci(values, stat: Callable = np.mean, n_boot: int = 1000, seed: int
     return float(lo), float(hi)
 
 
-__all__ = ["bootstrap_ci", "wilson"]
+def _pair(x, y) -> tuple[np.ndarray, np.ndarray]:
+    a = as_array(x, "twin values", (None,))
+    b = as_array(y, "world values", (a.size,))
+    if a.size < 2:
+        raise TwinloopError(f"need at least two policies to compare rankings, got {a.size}")
+    return a, b
+
+
+def pearson(twin, world) -> float:
+    """Pearson r of ``(N,)`` twin vs world values. Equal centred values give 1 (SIMPLER's
+    convention); otherwise a side without variance gives ``nan`` (undefined, not 0)."""
+    a, b = _pair(twin, world)
+    a, b = a - a.mean(), b - b.mean()
+    if np.allclose(a, b, rtol=0, atol=1e-12):
+        return 1.0
+    den = math.sqrt(float((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / den) if den > 0 else math.nan
+
+
+def spearman(twin, world) -> float:
+    """Spearman rho (Pearson r of average ranks, ties shared) of ``(N,)`` twin vs world values."""
+    a, b = _pair(twin, world)
+    return pearson(_scipy_stats.rankdata(a), _scipy_stats.rankdata(b))
+
+
+def kendall(x, y) -> float:
+    """Kendall tau-b of two ``(N,)`` rankings (ties accounted for); ``nan`` if a side is constant."""
+    a, b = _pair(x, y)
+    return float(_scipy_stats.kendalltau(a, b).statistic)
+
+
+def mmrv(twin, world) -> float:
+    """Mean maximum rank violation of ``(N,)`` twin values against world values (SIMPLER)."""
+    s, r = _pair(twin, world)
+    flipped = (s[:, None] > s[None, :]) != (r[:, None] > r[None, :])
+    return float(np.where(flipped, np.abs(r[:, None] - r[None, :]), 0.0).max(axis=1).mean())
+
+
+__all__ = ["bootstrap_ci", "kendall", "mmrv", "pearson", "spearman", "wilson"]

@@ -1,4 +1,5 @@
-"""Calibration and the Real-Sim-Real loop: fit the twin, measure the gap, collect where it is unsure.
+"""Calibration: fit the twin, measure the gap, find where it is unsure (the Real-Sim-Real loop
+that composes these lives in :mod:`twinloop.run.rsr`).
 
 - :func:`calibrate` (``fit.py``): fit a ParamSpace to recorded episodes by multiple shooting.
   The problem (``windows.py``, ``problem.py``), the methods (``methods.py``: least squares
@@ -9,14 +10,12 @@
   transitions, with bootstrap intervals.
 - :class:`GapMonitor` (``monitor.py``): the live gap monitor a controller consults every tick.
 - :func:`infogap_cost` (``infogap.py``): a refiner cost term rewarding informative actions.
-- :func:`run_rsr` (``rsr.py``): collect -> calibrate -> evaluate, resumable.
 """
 
 from twinloop.calib.fit import METHODS, CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import METRICS, Gap, GapConfig, divergence, gap, gaps, transitions
 from twinloop.calib.infogap import infogap_cost, information_gain, observed_qpos
 from twinloop.calib.monitor import Alarm, GapMonitor, MonitorConfig
-from twinloop.calib.rsr import RSRConfig, RSRLoop, RSRResult, rsr_table, run_rsr
 from twinloop.calib.windows import (
     StateError,
     Trajectory,
@@ -28,8 +27,8 @@ from twinloop.calib.windows import (
 )
 
 __all__ = [
-    "METHODS", "METRICS", "Alarm", "CalibConfig", "Gap", "GapConfig", "GapMonitor", "MonitorConfig", "Posterior", "RSRConfig", "RSRLoop", "RSRResult",
+    "METHODS", "METRICS", "Alarm", "CalibConfig", "Gap", "GapConfig", "GapMonitor", "MonitorConfig", "Posterior",
     "StateError", "Trajectory", "Windows", "as_trajectories", "calibrate", "divergence", "free_starts", "gap",
     "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "record_trajectory",
-    "rsr_table", "run_rsr", "transitions",
+    "transitions",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -10,14 +11,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from twinloop.calib.fit import METHODS, CalibConfig
 from twinloop.calib.fit import calibrate as fit
 from twinloop.calib.gap import METRICS
-from twinloop.calib.rsr import RSRConfig, RSRLoop, rsr_table
-from twinloop.cli.common import console, guard, one_of, progress_bar
+from twinloop.cli.common import console, executor_options, guard, one_of, progress_bar
 from twinloop.data import Dataset, load_lerobot
 from twinloop.errors import TwinloopError, number
 from twinloop.io import out_mode, output_folder, write_json
 from twinloop.params import KINDS, ParamSpace
 from twinloop.plan import OPTIMIZERS
 from twinloop.policies import PROPOSERS
+from twinloop.run.executor import EXECUTORS
+from twinloop.run.rsr import RSRConfig, RSRLoop, rsr_table
 from twinloop.tasks import TASKS, make_task
 
 
@@ -128,44 +130,54 @@ def rsr(
     task: str = typer.Option(r.task, help=one_of(TASKS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     world_seed: int = typer.Option(r.world_seed, help="Seed of the world's hidden physics."),
-    iterations: int = typer.Option(r.iterations, help="Collect -> calibrate -> evaluate rounds."),
-    episodes: int = typer.Option(r.episodes, help="Episodes collected per iteration."),
-    eval_episodes: int = typer.Option(r.eval_episodes, help="Episodes evaluated per iteration."),
+    rounds: int = typer.Option(r.rounds, "--rounds", "--iterations", help="Collect -> calibrate -> evaluate rounds (--iterations: the old name)."),
+    episodes: int = typer.Option(r.episodes, help="Episodes collected per round."),
+    eval_episodes: int = typer.Option(r.eval_episodes, help="Episodes evaluated per round."),
     max_ticks: int = typer.Option(r.max_ticks or 0, help="Episode length in ticks (0: the task's)."),
     beta: float = typer.Option(r.beta, help="InfoGap weight while collecting (0: task cost only)."),
     params: str = typer.Option("", help="Parameters to calibrate, comma-separated (default: all)."),
     particles: int = typer.Option(r.particles, help="Parameter particles the collecting controller plans under."),
-    method: str = typer.Option(r.method, help=one_of(METHODS)),
-    window: int = typer.Option(r.window, help="Calibration window (ticks)."),
-    max_evals: int = typer.Option(r.max_evals, help="Calibration budget per iteration."),
-    errors_in_variables: bool = typer.Option(r.errors_in_variables, help="Calibration treats window starts as noisy observations."),
-    gap_metric: str = typer.Option(r.gap_metric, help=one_of(METRICS)),
+    method: str = typer.Option(r.calib.method, help=one_of(METHODS)),
+    window: int = typer.Option(r.calib.window, help="Calibration window (ticks)."),
+    max_evals: int = typer.Option(r.calib.max_evals, help="Calibration budget per round."),
+    errors_in_variables: bool = typer.Option(r.calib.errors_in_variables, help="Calibration treats window starts as noisy observations."),
+    gap_metric: str = typer.Option(r.gap.metric, help=one_of(METRICS)),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
     optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZERS)),
-    num_samples: int = typer.Option(r.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
-    horizon: float = typer.Option(r.horizon, help="Planning horizon (s)."),
+    num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
+    horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     seed: int = typer.Option(r.seed),
     out: str = typer.Option("twinloop-rsr", help="Output folder; must be new or empty unless --resume / --overwrite."),
     resume: bool = typer.Option(False, help="Continue the unfinished run in --out (same options)."),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
+    executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
+    address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
 ):
     """The Real-Sim-Real loop on a ShiftedWorld: collect (InfoGap) -> calibrate -> evaluate."""
-    cfg = RSRConfig(task=task, severity=severity, world_seed=world_seed, iterations=iterations,
+    cfg = RSRConfig(task=task, severity=severity, world_seed=world_seed, rounds=rounds,
                     episodes=episodes, eval_episodes=eval_episodes, max_ticks=max_ticks or None, beta=beta,
-                    params=_names(params), particles=particles, method=method, window=window,
-                    max_evals=max_evals, errors_in_variables=errors_in_variables, gap_metric=gap_metric, proposer=proposer, optimizer=optimizer,
-                    num_samples=num_samples, horizon=horizon, seed=seed)
-    loop = RSRLoop(cfg, out, mode=out_mode(resume, overwrite))
+                    params=_names(params), particles=particles,
+                    calib=replace(r.calib, method=method, window=window, max_evals=max_evals,
+                                  errors_in_variables=errors_in_variables),
+                    gap=replace(r.gap, metric=gap_metric), proposer=proposer, optimizer=optimizer,
+                    refiner=replace(r.refiner, num_samples=num_samples, horizon=horizon), seed=seed)
+    with executor_options(executor, address) as ex:
+        loop = RSRLoop(cfg, out, mode=out_mode(resume, overwrite), executor=ex)
+        _run_rsr(loop, cfg)
+
+
+def _run_rsr(loop: RSRLoop, cfg: RSRConfig) -> None:
+    out = loop.out
     done = loop.completed
     if done >= 0:
-        console.print(f"resuming {out}: iterations up to {done} are done")
-    console.print(f"[bold]twinloop rsr[/] {cfg.task}, severity {cfg.severity}: {cfg.iterations} iteration(s), "
-                  f"beta={cfg.beta:g}, {cfg.method}")
-    per_iter = cfg.episodes + cfg.eval_episodes
-    total = (cfg.eval_episodes if done < 0 else 0) + per_iter * max(cfg.iterations - max(done, 0), 0)
+        console.print(f"resuming {out}: rounds up to {done} are done")
+    console.print(f"[bold]twinloop rsr[/] {cfg.task}, severity {cfg.severity}: {cfg.rounds} round(s), "
+                  f"beta={cfg.beta:g}, {cfg.calib.method}")
+    per_round = cfg.episodes + cfg.eval_episodes
+    total = (cfg.eval_episodes if done < 0 else 0) + per_round * max(cfg.rounds - max(done, 0), 0)
     with progress_bar() as prog:
         bars = {"episodes": prog.add_task("episodes", total=total),
-                "fits": prog.add_task("calibrate", total=max(cfg.iterations - max(done, 0), 0))}
+                "fits": prog.add_task("calibrate", total=max(cfg.rounds - max(done, 0), 0))}
 
         def tick(stage, n):
             prog.advance(bars["fits" if stage == "calibrate" else "episodes"], n)

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from twinloop.errors import TwinloopError
+from twinloop.run.executor import make_executor
 
 console = Console()
 OUT_HELP = "Output folder; must be new or empty unless --overwrite (see twinloop.io.output_folder)."
@@ -39,6 +40,13 @@ def progress_ticks():
             prog.update(bars[label], completed=done)
 
         yield tick
+
+
+@contextmanager
+def executor_options(name: str, address: str | None):
+    """The executor of ``--executor`` / ``--address``, closed when the command ends."""
+    with make_executor(name, address) as ex:
+        yield ex
 
 
 def results_table(summary: dict) -> Table:

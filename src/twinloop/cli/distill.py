@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 from rich.table import Table
 
@@ -9,7 +11,7 @@ from twinloop.cli.common import OUT_HELP, console, guard, one_of, progress_ticks
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.plan import OPTIMIZERS
-from twinloop.policies.distill_loop import DistillConfig, run_distill
+from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import TASKS
 from twinloop.worlds import WORLDS
 
@@ -44,14 +46,14 @@ def distill(
     episodes: int = typer.Option(d.episodes, help="Evaluation episodes per controller."),
     dagger_episodes: int = typer.Option(d.dagger_episodes, help="World episodes aggregated per round."),
     rounds: int = typer.Option(d.rounds, help="Train -> evaluate -> aggregate rounds."),
-    num_samples: int = typer.Option(d.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
+    num_samples: int = typer.Option(d.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     k_sweep: str = typer.Option(",".join(map(str, d.k_sweep)), help="Ks to find the smallest sufficient K ('' skips)."),
     optimizer: str = typer.Option(d.optimizer, help=one_of(OPTIMIZERS)),
     proposal_samples: int = typer.Option(d.proposal_samples, help="Policy samples offered to the optimizer per tick."),
     baseline: bool = typer.Option(d.baseline, help="Also evaluate refinement without a base policy."),
-    epochs: int = typer.Option(d.epochs, help="Training epochs per round."),
+    epochs: int = typer.Option(d.policy.epochs, help="Training epochs per round."),
     chunk: int = typer.Option(0, help="Action chunk length in ticks (0: the planning horizon)."),
-    hidden: str = typer.Option(",".join(map(str, d.hidden)), help="Hidden layer widths."),
+    hidden: str = typer.Option(",".join(map(str, d.policy.hidden)), help="Hidden layer widths."),
     max_ticks: int = typer.Option(0, help="Episode length in ticks (0: the task's)."),
     seed: int = typer.Option(d.seed),
     out: str = typer.Option(d.out, help=OUT_HELP),
@@ -59,12 +61,13 @@ def distill(
 ):
     """Distill refined actions into a base policy; evaluate it alone and under refinement."""
     cfg = DistillConfig(task=task, world=world, severity=severity, collect=collect, episodes=episodes,
-                        dagger_episodes=dagger_episodes, rounds=rounds, num_samples=num_samples,
+                        dagger_episodes=dagger_episodes, rounds=rounds,
+                        refiner=replace(d.refiner, num_samples=num_samples),
                         k_sweep=_ints(k_sweep, "k-sweep"), optimizer=optimizer,
-                        proposal_samples=proposal_samples, baseline=baseline, epochs=epochs,
-                        chunk=chunk or None, hidden=_ints(hidden, "hidden"), max_ticks=max_ticks or None,
-                        seed=seed, out=out)
-    console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.num_samples}, "
+                        proposal_samples=proposal_samples, baseline=baseline,
+                        policy=replace(d.policy, epochs=epochs, chunk=chunk or None, hidden=_ints(hidden, "hidden")),
+                        max_ticks=max_ticks or None, seed=seed, out=out)
+    console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")
     with progress_ticks() as tick:
         summary = run_distill(cfg, progress=tick, log=console.print, mode=out_mode(overwrite=overwrite))

@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from twinloop.cli.common import OUT_HELP, console, guard, one_of, progress_ticks, results_table
+from twinloop.cli.common import (
+    OUT_HELP,
+    console,
+    executor_options,
+    guard,
+    one_of,
+    progress_ticks,
+    results_table,
+)
 from twinloop.control import AsyncConfig
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig
 from twinloop.policies import PROPOSERS
 from twinloop.run.compare import RunConfig, run_comparison
+from twinloop.run.executor import EXECUTORS
 from twinloop.tasks import TASKS, make_task
 from twinloop.twin import BACKENDS
 from twinloop.worlds import WORLDS
 
 
-def _run(cfg, overwrite: bool) -> dict:
+def _run(cfg, overwrite: bool, executor: str = "serial", address: str | None = None) -> dict:
     twin = f"{cfg.backend}" + (f", {1000 * cfg.twin_timestep:g} ms twin step" if cfg.twin_timestep else "")
     mode = (f" in real time ({'with' if cfg.async_control.latency_comp else 'without'} latency compensation)"
             if cfg.realtime else "")
     console.print(f"[bold]twinloop[/] {cfg.task}: {cfg.proposer} proposer vs + {cfg.optimizer} refinement "
-                  f"(K={cfg.num_samples}, {cfg.horizon:g} s horizon, {twin}) in a {cfg.world} world{mode}")
-    with progress_ticks() as tick:
-        summary = run_comparison(cfg, progress=tick, log=console.print, mode=out_mode(overwrite=overwrite))
+                  f"(K={cfg.refiner.num_samples}, {cfg.refiner.horizon:g} s horizon, {twin}) in a {cfg.world} world{mode}")
+    with executor_options(executor, address) as ex, progress_ticks() as tick:
+        summary = run_comparison(cfg, progress=tick, log=console.print, mode=out_mode(overwrite=overwrite), executor=ex)
     console.print(results_table(summary))
     out = Path(cfg.out)
     console.print(f"wall time {summary['wall_time_s']:.0f} s; wrote {out / 'summary.json'}, "
@@ -57,9 +67,9 @@ def run(
     optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZER_NAMES) + " (llm+*: a language model's plans "
                                   "join the batches; needs --iterations >= 2)"),
     backend: str = typer.Option(r.backend, help=one_of(BACKENDS)),
-    num_samples: int = typer.Option(r.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
-    horizon: float = typer.Option(r.horizon, help="Planning horizon (s)."),
-    iterations: int = typer.Option(r.iterations, help="Refine iterations per control tick."),
+    num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
+    horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
+    iterations: int = typer.Option(r.refiner.iterations, help="Refine iterations per control tick."),
     world: str = typer.Option(r.world, help=one_of(WORLDS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
@@ -83,16 +93,19 @@ def run(
                                      "(default: $TWINLOOP_LLM_BASE_URL). Key: $OPENAI_API_KEY."),
     llm_model: str = typer.Option(None, help="llm+*: model name (default: $TWINLOOP_LLM_MODEL)."),
     llm_timeout: float = typer.Option(30.0, help="llm+*: seconds per request."),
+    executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
+    address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
 ):
     """The demo's experiment with every choice as an option."""
-    _run(RunConfig(task=task, optimizer=optimizer, backend=backend, num_samples=num_samples, horizon=horizon,
-                   iterations=iterations, world=world, severity=severity, proposer=proposer, episodes=episodes,
-                   seed=seed, max_ticks=max_ticks or None, out=out, video=video, record=record,
-                   twin_timestep=twin_timestep or None, refiner={"risk": risk, "prune": prune, "carry": carry},
+    rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, risk=risk,
+                   prune=prune, carry=carry)
+    _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
+                   proposer=proposer, episodes=episodes, seed=seed, max_ticks=max_ticks or None, out=out,
+                   video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),
                    llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout)),
-         overwrite)
+         overwrite, executor, address)
 
 
 def tasks():

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +26,17 @@ from twinloop.control import (
     RefinerConfig,
     check_timestep,
 )
+from twinloop.data.dataset import Dataset
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
+from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
+from twinloop.run.experiment import run_episode, summarize, write_partial
 from twinloop.tasks import TASKS, make_task
 from twinloop.twin import BACKENDS, make_twin
+from twinloop.viz.plots import plot_comparison
+from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
 from twinloop.worlds import RealtimeWorld, SimWorld, make_world, resolve_world
 
 
@@ -41,11 +47,11 @@ class RunConfig:
     Attributes:
         task: a registered task (``twinloop.tasks.TASKS``).
         optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
-            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs ``iterations >= 2``.
+            them>`` (``llm``: ``llm+mppi``): guided by a language model, needs
+            ``refiner.iterations >= 2``.
         backend: a twin backend (``twinloop.twin.BACKENDS``).
-        num_samples: K candidates per refine iteration.
-        horizon: planning horizon (s).
-        iterations: refine iterations per control tick.
+        refiner: the refiner's knobs (K candidates, horizon, iterations per tick, risk,
+            ``prune``, ``carry`` ...).
         world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
             noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` (a
             gymnasium env through the task's maps) | ``remote:ADDRESS`` (``serve-world``).
@@ -64,8 +70,6 @@ class RunConfig:
             candidate ranking). The defaults (K=32, 0.5 s, 10 ms twin steps: 1/8 of the
             rollout steps of K=64 x 1 s at 5 ms) are the speed study's best setting
             (``benchmarks/speed.py``, RESULTS.md).
-        refiner: extra :class:`~twinloop.control.RefinerConfig` fields (``prune``, ``carry``,
-            ``risk`` ...).
         realtime: the world keeps its own clock (:class:`~twinloop.worlds.RealtimeWorld`) and
             the refined controller plans asynchronously (:class:`~twinloop.control.AsyncController`).
         rate: world ticks per wall-clock second in real time. Default: 10 ticks per control
@@ -79,9 +83,7 @@ class RunConfig:
     task: str = "push-t"
     optimizer: str = "mppi"
     backend: str = "mujoco"
-    num_samples: int = 32
-    horizon: float = 0.5
-    iterations: int = 1
+    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
     world: str = "shifted"
     severity: int = 2
     proposer: str = "scripted"
@@ -92,7 +94,6 @@ class RunConfig:
     video: bool = True
     record: bool = True
     twin_timestep: float | None = 0.01
-    refiner: dict = field(default_factory=dict)  # extra RefinerConfig fields
     realtime: bool = False
     rate: float | None = None
     async_control: AsyncConfig = field(default_factory=AsyncConfig)
@@ -115,24 +116,17 @@ class RunConfig:
             object.__setattr__(self, "rate", number(self.rate, "rate (Hz)", low=0, low_open=True))
         if not isinstance(self.async_control, AsyncConfig):
             raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
-        if not isinstance(self.refiner, dict):
-            raise TwinloopError(f"refiner must be a dict of RefinerConfig fields, got {type(self.refiner).__name__}")
-        unknown = sorted(set(self.refiner) - {f.name for f in fields(RefinerConfig)})
-        if unknown:
-            raise TwinloopError(f"refiner has unknown RefinerConfig field(s) {unknown}")
-        if self.optimizer.startswith("llm") and self.iterations < 2:
+        if not isinstance(self.refiner, RefinerConfig):
+            raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        if self.optimizer.startswith("llm") and self.refiner.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
-                                f"batch: it needs iterations >= 2, got {self.iterations}")
-        self.refiner_config()  # num_samples, horizon, iterations, seed: checked now, before any work
-
-    def refiner_config(self) -> RefinerConfig:
-        return RefinerConfig(num_samples=self.num_samples, horizon=self.horizon, iterations=self.iterations,
-                             seed=self.seed, **self.refiner)
+                                f"batch: it needs iterations >= 2, got {self.refiner.iterations}")
 
 
-def build(cfg: RunConfig, keep_rollouts: bool = False):
+def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     """(task, world, proposer, refiner) for a config; in real time the world is a
-    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`)."""
+    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`). ``check_twin``: check a
+    coarser twin timestep once (the driver does; the workers building the same twin need not)."""
     task = make_task(cfg.task)
     sim = cfg.world in ("nominal", "shifted")
     period = None
@@ -145,11 +139,25 @@ def build(cfg: RunConfig, keep_rollouts: bool = False):
     twin = make_twin(cfg.backend, task.model, task.param_space())
     if cfg.twin_timestep is not None and cfg.twin_timestep > task.model.opt.timestep * (1 + 1e-9):
         coarse = make_twin(cfg.backend, task.model, task.param_space(), timestep=cfg.twin_timestep)
-        check_timestep(task, coarse, twin, horizon=cfg.horizon, seed=cfg.seed)
+        if check_twin:
+            check_timestep(task, coarse, twin, horizon=cfg.refiner.horizon, seed=cfg.seed)
         twin = coarse
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner_config(),
-                      keep_rollouts=keep_rollouts)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm), cfg.refiner, keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
+
+
+def controller_in_world(cfg: RunConfig, name: str):
+    """``(world, controller)`` of the comparison's controller ``name`` (``base`` | ``refined``):
+    the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`."""
+    _, world, proposer, refiner = build(cfg, check_twin=False)
+    if name == "base":
+        return world, Controller(refiner, proposer, refine=False)
+    return world, AsyncController(refiner, proposer, cfg.async_control) if cfg.realtime else Controller(refiner, proposer)
+
+
+def realtime_stats(world, controller) -> dict:
+    """What a real-time episode reports: the world's deadline misses, the planner's cycles."""
+    return {**world.stats(), **(controller.stats() if isinstance(controller, AsyncController) else {})}
 
 
 def episode_seeds(cfg: RunConfig) -> list[int]:
@@ -160,7 +168,6 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
     """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
     (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
     ones highlighted and the chosen plan marked."""
-    from twinloop.viz.video import ghosts_from_rollouts
 
     def f(tick):
         res = tick.result
@@ -182,58 +189,54 @@ def world_ticks(cfg: RunConfig, task, world) -> int | None:
     return int(round(n * task.control_period / world.period))
 
 
-def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print, mode: str = "new") -> dict:
+def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = print, mode: str = "new",
+                   executor: Executor | None = None) -> dict:
     """Run base (proposer alone) and refined controllers on the same seeds; write the outputs.
 
     ``progress(label, done, total)`` is called after each episode (for progress bars).
     ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an
-    earlier run there (see :func:`twinloop.io.output_folder`). An episode cut short by an
-    error (a lost remote world) is written with what it recorded before the error propagates.
+    earlier run there (see :func:`twinloop.io.output_folder`). ``executor``: where episodes run
+    (default: serially here; the same results either way). An episode cut short by an error (a
+    lost remote world) is written with what it recorded before the error propagates (in this
+    process; a Ray worker's partial episode is lost with it).
     """
-    from twinloop.run.experiment import run_episode, summarize, write_partial
-
-    task, world, proposer, refiner = build(cfg)
+    task, world, proposer, _ = build(cfg)  # the driver checks the twin and the output folder first
     try:
         out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
-    except TwinloopError:
-        world.close()  # a remote world's socket, a real-time world's clock
-        raise
-    seeds = episode_seeds(cfg)
-    controllers = []
-    if proposer is not None:
-        controllers.append(("base", Controller(refiner, proposer, refine=False)))
-    refined = AsyncController(refiner, proposer, cfg.async_control) if cfg.realtime else Controller(refiner, proposer)
-    controllers.append(("refined", refined))
-    results = []
-    all_eps = {}
-    realtime = {}
-    n_ticks = world_ticks(cfg, task, world)
-    t_start = time.perf_counter()
-    try:
-        for name, ctl in controllers:
-            ds = _dataset(out / "episodes" / name, cfg, task, world, name) if cfg.record else None
-            eps, rt = [], []
-            for i, s in enumerate(seeds):
-                try:
-                    r = run_episode(world, ctl, s, max_ticks=n_ticks, episode_index=i, record=ds is not None)
-                except Exception as exc:
-                    write_partial(ds, exc)
-                    raise
-                if ds is not None:
-                    ds.write(r.recorder)
+        seeds = episode_seeds(cfg)
+        names = (["base"] if proposer is not None else []) + ["refined"]
+        datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if cfg.record else {}
+        n_ticks = world_ticks(cfg, task, world)
+        batches = [EpisodeBatch(partial(controller_in_world, cfg, n), seeds,
+                                options={"max_ticks": n_ticks, "record": cfg.record},
+                                stats=realtime_stats if cfg.realtime else None) for n in names]
+        counts = dict.fromkeys(names, 0)
+        current = [0]
+
+        def on_episode(b: int, r) -> None:
+            name = names[b]
+            if r.recorder is not None:  # written as it arrives: a failure later loses no episode
+                datasets[name].write(r.recorder)
                 r.recorder = None
-                eps.append(r)
-                if isinstance(world, RealtimeWorld):
-                    rt.append({**world.stats(), **(ctl.stats() if isinstance(ctl, AsyncController) else {})})
-                if progress is not None:
-                    progress(name, i + 1, len(seeds))
-            all_eps[name] = eps
-            results.append(summarize(name, eps))
-            if rt:
-                realtime[name] = realtime_summary(rt)
-                results[-1]["realtime"] = realtime[name]
+            counts[name] += 1
+            current[0] = b + (counts[name] == len(seeds))
+            if progress is not None:
+                progress(name, counts[name], len(seeds))
+
+        t_start = time.perf_counter()
+        try:
+            runs = (executor or SerialExecutor()).run(batches, on_episode)
+        except Exception as exc:
+            write_partial(datasets.get(names[min(current[0], len(names) - 1)]), exc)
+            raise
+        all_eps = dict(zip(names, runs, strict=True))
     finally:
-        world.close()
+        world.close()  # a remote world's socket, a real-time world's clock
+    results = []
+    for name, eps in all_eps.items():
+        results.append(summarize(name, eps))
+        if cfg.realtime:
+            results[-1]["realtime"] = realtime_summary([e.stats for e in eps])
     summary = {
         "task": task.name,
         "world": world.describe(),
@@ -246,17 +249,10 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
                              "ticks": e.ticks} for e in v] for k, v in all_eps.items()},
     }
     write_json(out / "summary.json", summary)
-    try:
-        from twinloop.viz.plots import plot_comparison
-
-        plot_comparison(summary, out / "comparison.png")
-    except ImportError:  # pragma: no cover
-        log("plotting unavailable (matplotlib missing)")
+    plot_comparison(summary, out / "comparison.png")
     if cfg.video and (cfg.realtime or not isinstance(world, SimWorld)):
         log("no video: videos replay a simulated world in synchronous mode")
     elif cfg.video:
-        from twinloop.viz.video import RenderingUnavailable
-
         try:
             summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4"))
             write_json(out / "summary.json", summary)
@@ -287,9 +283,6 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
     Picks the first successful episode (the first one if none succeeded); the same seed gives
     the same episode, so this is the episode reported in the table.
     """
-    from twinloop.run.experiment import run_episode
-    from twinloop.viz.video import render_episode
-
     task, world, proposer, refiner = build(cfg, keep_rollouts=True)
     pick = next((e for e in episodes if e.success), episodes[0] if episodes else None)
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
@@ -301,8 +294,6 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
     """A new dataset for this run's episodes (its output folder is new or emptied)."""
-    from twinloop.data.dataset import Dataset
-
     info = {
         "fps": 1.0 / world.period,
         "twinloop": {

@@ -34,6 +34,8 @@ class EpisodeResult:
         qpos: ``(ticks+1, nq)`` true positions (for videos); ``None`` for worlds without truth.
         ghosts: per tick, the candidates' rollouts summarized for videos (if recorded).
         recorder: the episode recorder (if recording).
+        stats: what the world and controller reported about the episode (real-time statistics;
+            see :class:`~twinloop.run.executor.EpisodeBatch`), else empty.
     """
 
     seed: int
@@ -46,6 +48,7 @@ class EpisodeResult:
     qpos: np.ndarray | None = None
     ghosts: list | None = None
     recorder: object = field(default=None, repr=False)
+    stats: dict = field(default_factory=dict)
 
 
 def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | None = None,
@@ -125,15 +128,20 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     return result()
 
 
-def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None,
+def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None, first_index: int = 0,
                  progress: Callable[[EpisodeResult], None] | None = None, **kw) -> list[EpisodeResult]:
-    """Run one episode per seed; write each to ``dataset`` (if given) as soon as it ends."""
+    """Run one episode per seed; write each to ``dataset`` (if given) as soon as it ends.
+
+    Episodes are numbered from ``first_index`` (from the dataset's length when writing to one);
+    ``progress(result)`` is called after each. Every command's episodes go through here, in this
+    process or on an executor's worker (:mod:`twinloop.run.executor`).
+    """
     if len(seeds) == 0:
         raise TwinloopError("no seeds given: need at least one episode")
     record = kw.pop("record", True) or dataset is not None
     out = []
     for i, seed in enumerate(seeds):
-        index = i if dataset is None else len(dataset)
+        index = first_index + i if dataset is None else len(dataset)
         try:
             r = run_episode(world, controller, number(seed, "seed", low=0, integer=True), episode_index=index,
                             record=record, **kw)

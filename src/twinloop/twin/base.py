@@ -26,6 +26,8 @@ class Rollouts:
         ctrl: (K, T, nu) controls applied at each physics step.
         ok: (P, K) True where the rollout stayed finite and stable.
         dt: physics timestep (s).
+        uncertainty: (K, T+1, nq) how unsure a learned twin is of each position (its ensemble's
+            spread, same units as qpos); ``None`` for a physics twin.
     """
 
     qpos: np.ndarray
@@ -34,6 +36,7 @@ class Rollouts:
     ctrl: np.ndarray
     ok: np.ndarray
     dt: float
+    uncertainty: np.ndarray | None = None
 
     @property
     def n_particles(self) -> int:

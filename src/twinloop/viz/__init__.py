@@ -1,7 +1,7 @@
 """Visualisation: episode videos with ghost rollouts (``viz.video``) and result plots
 (``viz.plots``). Rendering needs an offscreen GL backend (EGL or OSMesa)."""
 
-from twinloop.viz.plots import plot_comparison, plot_curves, plot_rounds
+from twinloop.viz.plots import plot_comparison, plot_curves, plot_evaluation, plot_rounds
 from twinloop.viz.video import (
     Ghosts,
     RenderingUnavailable,
@@ -14,5 +14,5 @@ from twinloop.viz.video import (
 
 __all__ = [
     "Ghosts", "RenderingUnavailable", "ghosts_from_rollouts", "gl_backend", "plot_comparison",
-    "plot_curves", "plot_rounds", "render_episode", "render_frames", "save_frame",
+    "plot_curves", "plot_evaluation", "plot_rounds", "render_episode", "render_frames", "save_frame",
 ]

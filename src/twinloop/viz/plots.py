@@ -11,8 +11,8 @@ Input schemas:
        "results": [{"controller", "success_rate", "success_ci": [lo, hi],
                     "mean_final_error", "control_hz"}, ...]}
 
-- Real-Sim-Real iterations: a list of dicts, each with the plotted keys (``gap``,
-  ``param_error``, ``success_rate``, ...), an optional ``iteration`` (default: position) and
+- Real-Sim-Real rounds: a list of dicts, each with the plotted keys (``gap``,
+  ``param_error``, ``success_rate``, ...), an optional ``round`` (default: position) and
   optional ``<key>_ci: [lo, hi]`` drawn as a band. A value may be a number or a dict of
   numbers (one line each, e.g. per-parameter errors).
 - rounds: a list of dicts with ``base_success`` and ``refined_success`` (rates in [0, 1]),
@@ -117,10 +117,10 @@ def plot_comparison(summary: Mapping, path: str | os.PathLike) -> Path:
     return _save(fig, path)
 
 
-def _series(iterations: Sequence[Mapping], key: str) -> dict[str, np.ndarray]:
-    """``{line label: (n,) values}`` of ``key`` over iterations (``nan`` where absent)."""
+def _series(rounds: Sequence[Mapping], key: str) -> dict[str, np.ndarray]:
+    """``{line label: (n,) values}`` of ``key`` over rounds (``nan`` where absent)."""
     labels: dict[str, None] = {}
-    for it in iterations:
+    for it in rounds:
         v = it.get(key)
         if isinstance(v, Mapping):
             labels.update(dict.fromkeys(str(k) for k in v))
@@ -129,45 +129,45 @@ def _series(iterations: Sequence[Mapping], key: str) -> dict[str, np.ndarray]:
     out = {}
     for lab in labels:
         vals = []
-        for i, it in enumerate(iterations):
+        for i, it in enumerate(rounds):
             v = it.get(key)
             v = v.get(lab) if isinstance(v, Mapping) else (v if lab == key else None)
-            vals.append(math.nan if v is None else _num(v, f"iterations[{i}][{key!r}]"))
+            vals.append(math.nan if v is None else _num(v, f"rounds[{i}][{key!r}]"))
         out[lab] = np.array(vals)
     return out
 
 
-def plot_curves(iterations: Sequence[Mapping], path: str | os.PathLike,
+def plot_curves(rounds: Sequence[Mapping], path: str | os.PathLike,
                 keys: Sequence[str] = ("gap", "param_error", "success_rate")) -> Path:
-    """One panel per key against iteration (the Real-Sim-Real loop's progress).
+    """One panel per key against round (the Real-Sim-Real loop's progress).
 
-    A key missing from some iterations leaves gaps; a key missing from all is an error.
+    A key missing from some rounds leaves gaps; a key missing from all is an error.
     ``<key>_ci: [lo, hi]`` is drawn as a shaded band when present.
     """
-    if isinstance(iterations, Mapping) or not isinstance(iterations, Sequence) or not iterations:
-        raise TwinloopError("iterations must be a non-empty list of dicts")
-    for i, it in enumerate(iterations):
+    if isinstance(rounds, Mapping) or not isinstance(rounds, Sequence) or not rounds:
+        raise TwinloopError("rounds must be a non-empty list of dicts")
+    for i, it in enumerate(rounds):
         if not isinstance(it, Mapping):
-            raise TwinloopError(f"iterations[{i}] must be a dict, got {type(it).__name__}")
+            raise TwinloopError(f"rounds[{i}] must be a dict, got {type(it).__name__}")
     if isinstance(keys, str) or not keys:
         raise TwinloopError(f"keys must be a non-empty list of names, got {keys!r}")
-    have = sorted({k for it in iterations for k in it})
-    absent = [k for k in keys if not any(it.get(k) is not None for it in iterations)]
+    have = sorted({k for it in rounds for k in it})
+    absent = [k for k in keys if not any(it.get(k) is not None for it in rounds)]
     if absent:
-        raise TwinloopError(f"no iteration has key(s) {absent}; keys present: {have}")
-    x = np.array([_num(it.get("iteration", i), f"iterations[{i}]['iteration']") for i, it in enumerate(iterations)])
+        raise TwinloopError(f"no round has key(s) {absent}; keys present: {have}")
+    x = np.array([_num(it.get("round", i), f"rounds[{i}]['round']") for i, it in enumerate(rounds)])
     fig = Figure(figsize=(4.0 * len(keys), 3.4))
     axes = np.atleast_1d(fig.subplots(1, len(keys)))
     for ax, key in zip(axes, keys, strict=True):
-        series = _series(iterations, key)
+        series = _series(rounds, key)
         for lab, y in series.items():
             ax.plot(x, y, marker="o", label=lab if len(series) > 1 else None)
-        band = [(i, it[f"{key}_ci"]) for i, it in enumerate(iterations) if it.get(f"{key}_ci") is not None]
+        band = [(i, it[f"{key}_ci"]) for i, it in enumerate(rounds) if it.get(f"{key}_ci") is not None]
         if band:
             idx = [i for i, _ in band]
-            ci = np.array([_interval(c, f"iterations[{i}]['{key}_ci']") for i, c in band])
+            ci = np.array([_interval(c, f"rounds[{i}]['{key}_ci']") for i, c in band])
             ax.fill_between(x[idx], ci[:, 0], ci[:, 1], alpha=0.25, label="95% CI")
-        ax.set(xlabel="iteration", title=key)
+        ax.set(xlabel="round", title=key)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if len(series) > 1 or band:
             ax.legend(fontsize=7)
@@ -200,6 +200,45 @@ def plot_rounds(rounds: Sequence[Mapping], path: str | os.PathLike) -> Path:
     ax.set(xlabel="round", ylabel="success rate", ylim=(0, 1.05))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_evaluation(evaluation: Mapping, path: str | os.PathLike) -> Path:
+    """Twin vs world success, one point per policy and twin (95% Wilson intervals on both axes),
+    the diagonal (a perfect twin) drawn; each twin's Pearson r and MMRV in the legend.
+
+    Args:
+        evaluation: ``summary["evaluation"]`` of ``twinloop evaluate`` (``policies`` with
+            ``world_success``, ``world_ci`` and ``twins: {name: {success, ci}}``; ``twins`` with
+            ``pearson`` and ``mmrv`` per twin).
+        path: PNG to write.
+    """
+    _need(evaluation, ("policies", "twins"), "evaluation")
+    policies = evaluation["policies"]
+    if not isinstance(policies, Sequence) or not policies:
+        raise TwinloopError("evaluation['policies'] must be a non-empty list")
+    fig = Figure(figsize=(5.6, 5.2))
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], color="0.5", lw=1, ls="--", label="twin = world")
+    for k, (name, m) in enumerate(evaluation["twins"].items()):
+        xs, ys, xe, ye = [], [], [[], []], [[], []]
+        for i, p in enumerate(policies):
+            where = f"evaluation['policies'][{i}]"
+            _need(p, ("name", "world_success", "world_ci", "twins"), where)
+            x, y = _num(p["world_success"], where), _num(p["twins"][name]["success"], where)
+            (xl, xh), (yl, yh) = _interval(p["world_ci"], where), _interval(p["twins"][name]["ci"], where)
+            xs.append(x), ys.append(y)
+            xe[0].append(max(x - xl, 0)), xe[1].append(max(xh - x, 0))
+            ye[0].append(max(y - yl, 0)), ye[1].append(max(yh - y, 0))
+            if k == len(evaluation["twins"]) - 1:
+                ax.annotate(str(p["name"]), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.errorbar(xs, ys, xerr=xe, yerr=ye, fmt="os^"[k % 3], capsize=2, alpha=0.85,
+                    label=f"{name}: r {m['pearson']:.2f}, MMRV {m['mmrv']:.3f}")
+    ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), xlabel="world success (95% Wilson CI)",
+           ylabel="twin success", title=f"twin vs world, {len(policies)} policies", aspect="equal")
+    ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)

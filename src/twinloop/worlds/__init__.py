@@ -17,6 +17,7 @@ from twinloop.worlds.changing import ChangingWorld
 from twinloop.worlds.gym import GymWorld
 from twinloop.worlds.realtime import RealtimeWorld, TickRecord
 from twinloop.worlds.shifted import ShiftedWorld, shifted_params
+from twinloop.worlds.twin import ModelWorld, TwinWorld
 
 
 def _nominal(task, period: float | None = None, **_) -> World:
@@ -84,5 +85,5 @@ def make_world(task, name: str, **options) -> World:
     return world
 
 
-__all__ = ["WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "RealtimeWorld", "ShiftedWorld", "SimWorld",
-           "TickRecord", "World", "make_world", "resolve_world", "shifted_params"]
+__all__ = ["WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "ModelWorld", "RealtimeWorld", "ShiftedWorld",
+           "SimWorld", "TickRecord", "TwinWorld", "World", "make_world", "resolve_world", "shifted_params"]

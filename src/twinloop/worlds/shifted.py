@@ -25,20 +25,19 @@ Severity 0 is the nominal twin exactly (no noise, no delay). Levels::
 
 from __future__ import annotations
 
-from collections import deque
-
-import mujoco
 import numpy as np
 
 from twinloop.errors import TwinloopError, number
 from twinloop.tasks.base import Task
-from twinloop.worlds.base import SimWorld
+from twinloop.twin.engine import Engine
+from twinloop.worlds.twin import TwinWorld
 
 LOG_SHIFT = (0.0, 0.2, 0.45, 0.8)
 POS_NOISE = (0.0, 0.0003, 0.0005, 0.001)
 ANG_NOISE = (0.0, 0.003, 0.005, 0.01)
 VEL_NOISE = (0.0, 0.005, 0.01, 0.02)
 DELAY_STEPS = (0, 2, 4, 8)
+SEVERE_ENGINE = Engine(integrator="euler", cone="elliptic", timeconst=2.0)  # severity >= 3
 
 
 def shifted_params(task: Task, severity: int, seed: int) -> np.ndarray:
@@ -62,7 +61,7 @@ def noise_scales(task: Task, severity: int) -> np.ndarray:
     return np.array([scale[u][severity] for u in units])
 
 
-class ShiftedWorld(SimWorld):
+class ShiftedWorld(TwinWorld):
     """The task's scene with seeded hidden physics, observation noise and actuation delay.
 
     Args:
@@ -86,56 +85,11 @@ class ShiftedWorld(SimWorld):
         if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:
             raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
         self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)
-        self.param_space = task.param_space()
         self.hidden_params = shifted_params(task, self.severity, self.seed)
-        model = self.param_space.apply(task.model, self.hidden_params)
-        if self.severity >= 3:
-            model.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER
-            model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
-            model.geom_solref[:, 0] *= 2.0
-        super().__init__(task, model, period)
-        self.delay_steps = DELAY_STEPS[self.severity]
-        self.obs_noise = noise_scales(task, self.severity)
-        self._queue: deque[np.ndarray] = deque()
-
-    def reset(self, seed: int) -> np.ndarray:
-        obs = super().reset(seed)  # seeds self.rng, then observes once (noise drawn from it)
-        hold = self.data.ctrl.copy()
-        self._queue = deque(hold.copy() for _ in range(self.delay_steps))
-        return obs
-
-    def step(self, action) -> tuple[np.ndarray, dict]:
-        a = self._check_action(action)
-        for _ in range(self.substeps):
-            # the command sent now reaches the actuators delay_steps physics steps later
-            self._queue.append(a.copy())
-            self.data.ctrl[:] = self._queue.popleft()
-            mujoco.mj_step(self.model, self.data)
-        self.t += 1
-        return self._observe(), self.info()
-
-    def _observe(self) -> np.ndarray:
-        obs = self.task.obs_from_data(self.model, self.data)
-        if self.obs_noise.any():
-            obs = obs + self.rng.normal(0.0, 1.0, obs.shape) * self.obs_noise
-        return obs
+        super().__init__(task, self.hidden_params, delay_steps=DELAY_STEPS[self.severity],
+                         obs_noise=noise_scales(task, self.severity),
+                         engine=SEVERE_ENGINE if self.severity >= 3 else None, period=period)
 
     def describe(self) -> dict:
         """JSON-serializable summary of what is hidden from the twin."""
-        opt = self.model.opt
-        return {
-            "world": self.name,
-            "task": self.task.name,
-            "severity": self.severity,
-            "seed": self.seed,
-            "params": {n: float(v) for n, v in zip(self.param_space.names, self.hidden_params, strict=True)},
-            "nominal": {n: float(v) for n, v in zip(self.param_space.names, self.param_space.nominal, strict=True)},
-            "obs_noise": {n: float(s) for n, s in zip(self.task.obs_names, self.obs_noise, strict=True)},
-            "delay_steps": int(self.delay_steps),
-            "delay_s": float(self.delay_steps * opt.timestep),
-            "solver": {
-                "integrator": mujoco.mjtIntegrator(opt.integrator).name,
-                "cone": mujoco.mjtCone(opt.cone).name,
-                "solref_scale": 2.0 if self.severity >= 3 else 1.0,
-            },
-        }
+        return {**super().describe(), "severity": self.severity, "seed": self.seed}

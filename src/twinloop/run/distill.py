@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +31,12 @@ from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import Demo, DistilledPolicy, PolicyConfig
+from twinloop.run.experiment import run_episodes, summarize
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
-from twinloop.worlds import make_world
+from twinloop.viz.plots import plot_comparison, plot_rounds
+from twinloop.worlds import SimWorld, make_world
 
 WORLDS = ("shifted", "nominal")
 #: refined success within this of the sweep's best counts as "as good" for ``min_k``
@@ -56,13 +58,14 @@ class DistillConfig:
         dagger_episodes: episodes of policy + refinement in the world whose refined actions are
             added to the training data after each round but the last.
         rounds: R, train/evaluate/aggregate rounds.
-        num_samples: K, candidates per refine iteration.
+        refiner: the refiner's knobs; ``refiner.num_samples`` is K, the candidates per refine
+            iteration.
         k_sweep: Ks at which policy + refinement is also evaluated to find ``min_k`` (empty:
             skip; K itself is always included).
         optimizer: ``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``.
         proposal_samples: policy samples offered to the optimizer each tick (best-of-N uses them).
         baseline: also evaluate refinement without a base policy (controller ``refined``).
-        epochs, chunk, hidden: policy training (see :class:`PolicyConfig`).
+        policy: the distilled policy's architecture and training (its ``seed`` becomes ``seed``).
         max_ticks: episode length (default: the task's).
         seed: seeds the world's hidden physics, the episodes and training.
         out: output folder.
@@ -75,14 +78,12 @@ class DistillConfig:
     episodes: int = 10
     dagger_episodes: int = 10
     rounds: int = 1
-    num_samples: int = 32
+    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32))
     k_sweep: tuple[int, ...] = (8, 16, 32)
     optimizer: str = "mppi"
     proposal_samples: int = 0
     baseline: bool = True
-    epochs: int = 150
-    chunk: int | None = None
-    hidden: tuple[int, ...] = (256, 256)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     max_ticks: int | None = None
     seed: int = 0
     out: str = "twinloop-distill"
@@ -91,23 +92,23 @@ class DistillConfig:
         choose("world", self.world, WORLDS)
         choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
         for name, low in (("collect", 1), ("episodes", 1), ("rounds", 1), ("dagger_episodes", 0),
-                          ("proposal_samples", 0), ("num_samples", 2), ("epochs", 1), ("seed", 0)):
+                          ("proposal_samples", 0), ("seed", 0)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
-        for name in ("chunk", "max_ticks"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
+        if self.max_ticks is not None:
+            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
         object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
         if self.episodes > 50_000 or self.collect > 10_000 or self.dagger_episodes > 1_000:
             raise TwinloopError("episodes <= 50000, collect <= 10000 and dagger_episodes <= 1000 (seed ranges)")
         if self.rounds > 1 and self.dagger_episodes < 1:
             raise TwinloopError("rounds > 1 need dagger_episodes >= 1 (no new data otherwise)")
+        for name, kind in (("refiner", RefinerConfig), ("policy", PolicyConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "k_sweep", tuple(sorted({int(k) for k in self.k_sweep})))
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        self.policy_config()  # validate the training knobs now, not after collecting
 
     def policy_config(self) -> PolicyConfig:
-        return PolicyConfig(chunk=self.chunk, hidden=self.hidden, epochs=self.epochs, seed=self.seed)
+        return replace(self.policy, seed=self.seed)
 
     # one seed range per purpose, so evaluation never sees a training episode's start
     def eval_seeds(self) -> list[int]:
@@ -173,7 +174,7 @@ class DistillRun:
         self.last_loss = float("nan")
 
     def refiner(self, k: int) -> Refiner:
-        rcfg = RefinerConfig(num_samples=k, horizon=self.task.horizon, seed=self.cfg.seed)
+        rcfg = replace(self.cfg.refiner, num_samples=k)
         return Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer), rcfg)
 
     def controller(self, policy: DistilledPolicy | None, k: int, refine: bool = True) -> Controller:
@@ -182,25 +183,24 @@ class DistillRun:
 
     def episodes(self, label: str, world, controller: Controller, seeds: Sequence[int], keep: bool = False):
         """Run one episode per seed; ``keep`` adds each episode's (obs, action) to the demos."""
-        from twinloop.run.experiment import run_episode
-
         ctl = _Recording(controller) if keep else controller
-        out = []
-        for i, s in enumerate(seeds):
-            r = run_episode(world, ctl, int(s), max_ticks=self.cfg.max_ticks, record=False)
+        done = []
+
+        def after(r):
             if keep:
                 self.demos.append(ctl.demo(r.success))
-            out.append(r)
+            done.append(r)
             if self.progress is not None:
-                self.progress(label, i + 1, len(seeds))
-        return out
+                self.progress(label, len(done), len(seeds))
+
+        return run_episodes(world, ctl, seeds, max_ticks=self.cfg.max_ticks, record=False, progress=after)
 
     def train(self, round_: int) -> DistilledPolicy:
         label = f"train r{round_}"
         cb = None
         if self.progress is not None:
             def cb(epoch, loss):
-                self.progress(label, epoch, self.cfg.epochs)
+                self.progress(label, epoch, self.cfg.policy.epochs)
         policy, log = DistilledPolicy.fit(self.task, self.demos, self.cfg.policy_config(), progress=cb)
         self.last_loss = log.losses[-1]
         self.log(f"round {round_}: trained on {len(self.demos)} episodes ({log.samples} ticks), "
@@ -217,12 +217,10 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
     run there (see :func:`twinloop.io.output_folder`).
     Returns the summary written to ``cfg.out/summary.json``.
     """
-    from twinloop.worlds import SimWorld
-
     t_start = time.perf_counter()
     run = DistillRun(cfg, progress, log)
     out = output_folder(cfg.out, mode)  # before the first episode: a bad --out fails now
-    task, world, K = run.task, run.world, cfg.num_samples
+    task, world, K = run.task, run.world, cfg.refiner.num_samples
     eval_seeds = cfg.eval_seeds()
 
     # round 1's data: the refined controller acting in the nominal twin
@@ -275,7 +273,7 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
             run.episodes(f"dagger r{r}", world, run.controller(policy, K), cfg.dagger_seeds(r), keep=True)
 
     summary = _write(summary, results, out, t_start)
-    _plots(summary, out, log)
+    _plots(summary, out)
     return summary
 
 
@@ -288,8 +286,6 @@ def _error(episodes) -> float:
 
 
 def _write(summary: dict, results: dict, out: Path, t_start: float) -> dict:
-    from twinloop.run.experiment import summarize
-
     order = [n for n in ("distilled", "distilled+refined", "refined") if n in results]
     summary["results"] = [summarize(n, results[n]) for n in order]
     summary["per_episode"] = {n: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
@@ -299,11 +295,6 @@ def _write(summary: dict, results: dict, out: Path, t_start: float) -> dict:
     return summary
 
 
-def _plots(summary: dict, out: Path, log: Callable[[str], None]) -> None:
-    try:
-        from twinloop.viz.plots import plot_comparison, plot_rounds
-    except ImportError:
-        log("plots skipped: twinloop.viz.plots is not available")
-        return
+def _plots(summary: dict, out: Path) -> None:
     plot_comparison(summary, out / "comparison.png")
     plot_rounds(summary["rounds"], out / "rounds.png")

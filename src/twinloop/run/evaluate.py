@@ -1,0 +1,373 @@
+"""Policy evaluation in the twin: does the twin rank policies the way the world does?
+
+Every policy (:class:`~twinloop.run.policy.PolicySpec`) runs the same seeded episodes in the
+world and in each twin-world (:class:`~twinloop.worlds.twin.TwinWorld`, a simulated world built
+from the twin's model):
+
+    nominal              the twin as it is: nominal parameters, no delay, no noise
+    calibrated           parameters fitted to world data, plus the actuation delay the fit
+                         estimated and the observation noise estimated from its residuals
+                         (:func:`~twinloop.calib.noise.estimate_obs_noise`): a world with noise
+                         and delay is only predicted by a twin that has them too
+    calibrated-physics   the fitted parameters alone (what delay and noise add, by difference)
+
+The calibration data are excitation episodes (``task.excitation``) recorded in the world on
+their own seeds; a saved posterior (``posterior=``) can be used instead. Per policy: success on
+every side with 95% Wilson intervals. Per twin: Pearson r, Spearman rho and MMRV (SIMPLER's
+definitions, :mod:`twinloop.stats`) between twin and world success, with 95% bootstrap
+intervals that resample each policy's episodes (seeds, paired across sides): how precisely
+these episode counts pin the numbers down for *these* policies, not how they generalize to
+other policies. ``engines=`` adds the cross-engine report (:mod:`twinloop.run.engines`).
+
+Writes to ``out``: ``summary.json`` (shared schema: ``results`` are the world's rows; plus
+``evaluation``), ``evaluation.png`` (twin vs world success, one point per policy and twin,
+diagonal drawn), ``posterior.json`` (the calibration, reusable as ``posterior=``) and the world
+episodes under ``episodes/world/<policy>``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+import numpy as np
+
+from twinloop.calib.fit import CalibConfig, Posterior, calibrate
+from twinloop.calib.noise import estimate_obs_noise
+from twinloop.calib.windows import record_trajectory
+from twinloop.data import Dataset
+from twinloop.errors import TwinloopError, choose
+from twinloop.io import output_folder, read_json, write_json
+from twinloop.run.engines import engine_report
+from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
+from twinloop.run.experiment import summarize
+from twinloop.run.policy import PolicySpec, policy_controller
+from twinloop.stats import mmrv, pearson, spearman, wilson
+from twinloop.tasks import make_task
+from twinloop.twin import BACKENDS, make_twin
+from twinloop.twin.engine import Engine
+from twinloop.viz.plots import plot_evaluation
+from twinloop.worlds import WORLDS, make_world
+from twinloop.worlds.twin import ModelWorld, TwinWorld
+
+TWINS = ("nominal", "calibrated", "calibrated-physics")
+
+#: eight push-t policies from hopeless to strong (scripted with noise, refinement at growing K)
+DEFAULT_POLICIES = (
+    "scripted@noise=0.3", "scripted@noise=0.1", "scripted", "scripted+mppi@k=4", "scripted+mppi@k=8",
+    "scripted+mppi@k=16", "scripted+mppi@k=32", "scripted+cem@k=32,iterations=2",
+)
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Every choice of an evaluation (``twinloop evaluate`` mirrors these fields).
+
+    Attributes:
+        task: a registered task.
+        world: a registered world (the one the twin should predict).
+        severity: ShiftedWorld severity (0-3).
+        world_seed: seed of the world's hidden physics.
+        policies: policy specs (text form, see :mod:`twinloop.run.policy`); at least two.
+        episodes: episodes per policy and side (the same seeds everywhere).
+        seed: seeds the episodes (``seed * 100000 + i``, as ``run``), calibration and bootstrap.
+        max_ticks: episode length (default: the task's).
+        twins: the twin-worlds to compare (``nominal``, ``calibrated``, ``calibrated-physics``);
+            the last one listed is the headline of ``summary["evaluation"]``.
+        calib: the calibration of the calibrated twins (``delay_steps=None`` estimates the delay).
+        calib_episodes: excitation episodes recorded in the world for calibration.
+        calib_ticks: their length (ticks).
+        posterior: a saved posterior (``posterior.json`` of ``twinloop calibrate``) to use
+            instead of calibrating.
+        models: saved learned twins as more twin-worlds, ``backend=path`` (``learned=l.pt``,
+            ``hybrid=h.pt``), each stepped as a :class:`~twinloop.worlds.twin.ModelWorld`.
+        engines: engine variants for the cross-engine report (``Engine.parse`` strings).
+        plan_states: world states at which refinement's selected plan is compared across engines.
+        n_boot: bootstrap resamples.
+        record: write the world episodes to ``out/episodes/world``.
+        out: output folder.
+    """
+
+    task: str = "push-t"
+    world: str = "shifted"
+    severity: int = 2
+    world_seed: int = 0
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    episodes: int = 10
+    seed: int = 0
+    max_ticks: int | None = None
+    twins: tuple[str, ...] = ("nominal", "calibrated")
+    calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=300, delay_steps=None))
+    calib_episodes: int = 10
+    calib_ticks: int = 60
+    posterior: str | None = None
+    models: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
+    plan_states: int = 30
+    n_boot: int = 1000
+    record: bool = True
+    out: str = "twinloop-eval"
+
+    def __post_init__(self):
+        choose("world", self.world, tuple(WORLDS))
+        for name in ("policies", "twins", "engines", "models"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if len(self.policies) < 2:
+            raise TwinloopError(f"policies: need at least two to compare rankings, got {len(self.policies)}")
+        specs = [PolicySpec.parse(p) for p in self.policies]
+        labels = [s.label for s in specs]
+        if len(set(labels)) != len(labels):
+            raise TwinloopError(f"policies must differ, got duplicates in {labels}")
+        if not self.twins:
+            raise TwinloopError("twins: name at least one twin-world")
+        for t in self.twins:
+            choose("twin", t, TWINS)
+        for e in self.engines:
+            Engine.parse(e)
+        for m in self.models:
+            backend, sep, path = m.partition("=")
+            choose("backend", backend, tuple(BACKENDS))
+            if not sep or not path:
+                raise TwinloopError(f"models: entries look like backend=path, got {m!r}")
+        for name in ("episodes", "calib_episodes", "calib_ticks", "n_boot"):
+            if getattr(self, name) < 1:
+                raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.plan_states < 0:
+            raise TwinloopError(f"plan_states must be >= 0, got {self.plan_states}")
+        if not 0 <= self.severity <= 3:
+            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
+        if not isinstance(self.calib, CalibConfig):
+            raise TwinloopError(f"calib must be a CalibConfig, got {type(self.calib).__name__}")
+
+    def specs(self) -> list[PolicySpec]:
+        return [PolicySpec.parse(p) for p in self.policies]
+
+    def episode_seeds(self) -> list[int]:
+        return [self.seed * 100_000 + i for i in range(self.episodes)]
+
+    def calib_seeds(self) -> list[int]:
+        return [self.seed * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
+
+
+@dataclass(frozen=True)
+class TwinEstimate:
+    """What the calibrated twin-world carries: parameters, delay, observation noise."""
+
+    params: np.ndarray
+    delay_steps: int
+    obs_noise: np.ndarray
+    posterior: Posterior | None = None
+
+
+def estimate_twin(cfg: EvaluateConfig, task, world, log: Callable[[str], None] = print) -> TwinEstimate:
+    """Calibrate the twin to excitation episodes recorded in ``world`` (or load ``cfg.posterior``);
+    estimate the observation noise from the same data."""
+    trajs = [record_trajectory(world, task.excitation(s), s, cfg.calib_ticks) for s in cfg.calib_seeds()]
+    if cfg.posterior:
+        try:
+            post = Posterior.from_dict(read_json(cfg.posterior, "posterior"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TwinloopError(f"posterior {cfg.posterior!r} is not a readable posterior.json: {exc}") from exc
+        if list(post.names) != task.param_space().names:
+            raise TwinloopError(f"{cfg.posterior} fits {post.names}, not {task.param_space().names}")
+    else:
+        log(f"calibrating on {len(trajs)} excitation episodes ({cfg.calib.method}, {cfg.calib.max_evals} evaluations)")
+        post = calibrate(task, trajs, config=cfg.calib)
+    delay = int(post.delay_steps or 0)
+    noise = estimate_obs_noise(task, trajs, post.estimate, delay_steps=delay, seed=cfg.seed)
+    return TwinEstimate(post.estimate, delay, noise, post)
+
+
+def policy_in_world(task_name: str, world_factory: Callable, spec: PolicySpec):
+    """``(world, controller)`` of one policy in one world: an episode batch's factory."""
+    task = make_task(task_name)
+    return world_factory(task), policy_controller(task, spec)
+
+
+def model_world(backend: str, path: str, task) -> ModelWorld:
+    """A saved twin (``learned``, ``hybrid``) of ``task`` as a world."""
+    return ModelWorld(task, make_twin(backend, task.model, task.param_space(), checkpoint=path))
+
+
+def _world_factories(cfg: EvaluateConfig, est: TwinEstimate | None, engine: Engine | None = None) -> dict[str, Callable]:
+    out = {"world": partial(make_world, name=cfg.world, severity=cfg.severity, seed=cfg.world_seed)} if engine is None else {}
+    if engine is None:
+        for m in cfg.models:
+            backend, _, path = m.partition("=")
+            out[backend] = partial(model_world, backend, path)
+    for t in cfg.twins:
+        if t == "nominal":
+            out[t] = partial(TwinWorld, engine=engine)
+        else:
+            out[t] = partial(TwinWorld, params=est.params, engine=engine) if t == "calibrated-physics" else partial(
+                TwinWorld, params=est.params, delay_steps=est.delay_steps, obs_noise=est.obs_noise, engine=engine)
+    return out
+
+
+def _folder(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", label)
+
+
+def ranking_metrics(twin: np.ndarray, world: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Pearson, Spearman, MMRV of per-policy success, with 95% bootstrap intervals.
+
+    Args:
+        twin, world: ``(P, N)`` episode outcomes (0/1) of P policies on the same N seeds;
+            the bootstrap resamples each policy's seeds, the same ones on both sides.
+    """
+    s, r = twin.mean(axis=1), world.mean(axis=1)
+    rng = np.random.default_rng([seed, 13])
+    P, N = world.shape
+    idx = rng.integers(0, N, size=(n_boot, P, N))
+    rows = np.arange(P)[None, :, None]
+    bs, br = twin[rows, idx].mean(axis=2), world[rows, idx].mean(axis=2)
+    boot = {"pearson": [], "spearman": [], "mmrv": []}
+    for a, b in zip(bs, br, strict=True):
+        boot["pearson"].append(pearson(a, b))
+        boot["spearman"].append(spearman(a, b))
+        boot["mmrv"].append(mmrv(a, b))
+    out = {"pearson": pearson(s, r), "spearman": spearman(s, r), "mmrv": mmrv(s, r)}
+    for k, v in boot.items():
+        v = np.asarray(v)
+        v = v[np.isfinite(v)]
+        out[f"{k}_ci"] = [float(x) for x in np.quantile(v, [0.025, 0.975])] if v.size else [float("nan")] * 2
+    err = s - r
+    out["mean_abs_error"] = float(np.abs(err).mean())
+    out["max_abs_error"] = float(np.abs(err).max())
+    out["within_10_points"] = int((np.abs(err) <= 0.1 + 1e-12).sum())
+    return out
+
+
+def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None] = print,
+                   executor: Executor | None = None, mode: str = "new") -> dict:
+    """Run every policy in the world and in each twin-world on the same seeds; write the outputs.
+
+    ``progress(label, done, total)`` after each episode; ``executor``: where episodes run
+    (default: serially here; the same results either way); ``mode``: ``new`` needs an absent or
+    empty ``cfg.out``, ``overwrite`` replaces an earlier run there
+    (:func:`twinloop.io.output_folder`). Returns the summary.
+    """
+    t_start = time.perf_counter()
+    out = output_folder(cfg.out, mode)  # before any work: a bad --out fails now
+    task = make_task(cfg.task)
+    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.world_seed)
+    specs = cfg.specs()
+    labels = [s.label for s in specs]
+    seeds = cfg.episode_seeds()
+    est = estimate_twin(cfg, task, world, log) if any(t != "nominal" for t in cfg.twins) else None
+    if est is not None and est.posterior is not None:
+        write_json(out / "posterior.json", est.posterior.to_dict(), allow_nan=False)  # reusable: posterior=
+    engines = [Engine.parse(e) for e in cfg.engines]
+    sides = dict(_world_factories(cfg, est))
+    base = cfg.twins[-1]
+    for e in engines:
+        sides[f"{base} | {e.label}"] = _world_factories(cfg, est, e)[base]
+    jobs = [(side, i) for side in sides for i in range(len(specs))]
+    datasets = {}
+    if cfg.record:
+        for i, label in enumerate(labels):
+            datasets[i] = Dataset.create(out / "episodes" / "world" / _folder(label), {"fps": 1.0 / task.control_period, "twinloop": {
+                "task": task.name, "controller": label, "world": world.describe(), "seed": cfg.seed,
+                "obs_names": list(task.obs_names), "param_names": task.param_space().names}})
+    batches = [EpisodeBatch(partial(policy_in_world, cfg.task, sides[side], specs[i]), seeds,
+                            options={"max_ticks": cfg.max_ticks, "record": cfg.record and side == "world"})
+               for side, i in jobs]
+    counts: dict[str, int] = {}
+
+    def on_episode(b: int, r) -> None:
+        side, i = jobs[b]
+        if r.recorder is not None:
+            datasets[i].write(r.recorder)
+            r.recorder = None
+        counts[side] = counts.get(side, 0) + 1
+        if progress is not None:
+            progress(side, counts[side], len(seeds) * len(specs))
+
+    log(f"{len(specs)} policies x {len(sides)} sides x {len(seeds)} episodes")
+    results = (executor or SerialExecutor()).run(batches, on_episode)
+    eps = {side: {} for side in sides}
+    for (side, i), res in zip(jobs, results, strict=True):
+        eps[side][labels[i]] = res
+    outcome = {side: np.array([[e.success for e in eps[side][lab]] for lab in labels], float) for side in sides}
+
+    compared = [*(m.partition("=")[0] for m in cfg.models), *cfg.twins]
+    twins = {t: ranking_metrics(outcome[t], outcome["world"], cfg.n_boot, cfg.seed) for t in compared}
+    n = len(seeds)
+    policies = []
+    for i, (spec, lab) in enumerate(zip(specs, labels, strict=True)):
+        k_w = int(outcome["world"][i].sum())
+        row = {"name": lab, "spec": cfg.policies[i], "refined": spec.refined,
+               "world_success": k_w / n, "world_ci": list(wilson(k_w, n)), "twins": {}}
+        for t in compared:
+            k = int(outcome[t][i].sum())
+            row["twins"][t] = {"success": k / n, "ci": list(wilson(k, n))}
+        row["twin_success"], row["twin_ci"] = row["twins"][base]["success"], row["twins"][base]["ci"]
+        row["error"] = row["twin_success"] - row["world_success"]
+        policies.append(row)
+    evaluation = {"twin": base, **twins[base], "episodes": n, "policies": policies, "twins": twins}
+    if est is not None:
+        evaluation["calibration"] = _calibration_record(task, world, est)
+    summary = {
+        "task": task.name,
+        "world": world.describe(),
+        "seed": cfg.seed,
+        "episodes": n,
+        "config": asdict(cfg),
+        "results": [summarize(lab, eps["world"][lab]) for lab in labels],
+        "per_episode": {side: {lab: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
+                                      "ticks": e.ticks} for e in v] for lab, v in eps[side].items()}
+                        for side in sides},
+        "evaluation": evaluation,
+    }
+    if engines:
+        variants = {e.label: outcome[f"{base} | {e.label}"] for e in engines}
+        evaluation["engines"] = engine_report(cfg, task, specs, outcome["world"], outcome[base], variants,
+                                              datasets, log)
+    summary["wall_time_s"] = time.perf_counter() - t_start
+    write_json(out / "summary.json", summary)
+    plot_evaluation(evaluation, out / "evaluation.png")
+    return summary
+
+
+def _calibration_record(task, world, est: TwinEstimate) -> dict:
+    names, obs = task.param_space().names, list(task.obs_names)
+    rec = {"estimate": dict(zip(names, map(float, est.params), strict=True)), "delay_steps": est.delay_steps,
+           "obs_noise": dict(zip(obs, map(float, est.obs_noise), strict=True))}
+    if est.posterior is not None:
+        rec["interval"] = {n: list(map(float, iv)) for n, iv in zip(names, est.posterior.interval, strict=True)}
+    hidden = getattr(world, "hidden_params", None)
+    if hidden is not None:  # a stand-in world knows its truth: how far off the twin is
+        rec["truth"] = dict(zip(names, map(float, hidden), strict=True))
+        rec["truth_delay_steps"] = int(world.delay_steps)
+        rec["truth_obs_noise"] = dict(zip(obs, map(float, world.obs_noise), strict=True))
+    return rec
+
+
+def evaluation_table(summary: dict):
+    """A rich table: per policy, world and twin success; the ranking metrics below it."""
+    from rich.table import Table
+
+    ev = summary["evaluation"]
+    twins = list(ev["twins"])
+    t = Table(title=f"{summary['task']}: twin vs world success ({ev['episodes']} episodes per policy and side)")
+    for col in ("policy", "world", *twins):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+
+    def cell(p, ci):
+        return f"{100 * p:.0f}% [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
+
+    for p in ev["policies"]:
+        t.add_row(p["name"], cell(p["world_success"], p["world_ci"]),
+                  *(cell(p["twins"][k]["success"], p["twins"][k]["ci"]) for k in twins))
+    for key in ("pearson", "spearman", "mmrv"):
+        t.add_row(key, "", *(f"{ev['twins'][k][key]:.3f} [{ev['twins'][k][key + '_ci'][0]:.2f}, "
+                             f"{ev['twins'][k][key + '_ci'][1]:.2f}]" for k in twins))
+    t.add_row("max |twin - world|", "", *(f"{100 * ev['twins'][k]['max_abs_error']:.0f} points" for k in twins))
+    return t
+
+
+__all__ = ["DEFAULT_POLICIES", "TWINS", "EvaluateConfig", "TwinEstimate", "estimate_twin", "evaluation_table",
+           "policy_in_world", "ranking_metrics", "run_evaluation"]
