@@ -60,7 +60,7 @@ class CalibConfig:
             copies of its start (see :class:`~twinloop.calib.problem.WindowProblem`); 0: off.
         errors_in_variables: treat each window's recorded start state as a noisy observation
             (with the noise the error units imply) and profile its noise out, see
-            :meth:`WindowProblem.account_for_start_noise`; False trusts the starts exactly.
+            :meth:`~twinloop.calib.problem.WindowProblem.with_start_noise`; False trusts the starts.
         delay_steps: actuation delay (physics steps) the replay applies to the recorded
             actions; ``None`` picks the best of ``0..max_delay_steps`` at the starting point
             (a ``timing:ctrl/delay`` parameter fits a delay continuously instead).
