@@ -192,6 +192,13 @@ def test_from_model_finds_the_addresses_of_several_bodies(model):
     assert ("dof_damping", (int(model.jnt_dofadr[model.joint("yaw").id]),)) in cells
 
 
+def test_from_model_defaults_to_the_moving_bodies_and_leaves_mocap_bodies_out():
+    from twinloop.tasks import make_task
+
+    space = ParamSpace.from_model(make_task("push-t").model, kinds=["mass"])
+    assert space.names == ["pusher_mass", "block_mass"]  # not the goal's mocap body
+
+
 def test_from_model_builds_the_stage_parameters_of_an_actuated_body(model):
     space = ParamSpace.from_model(model, bodies=["pusher"], kinds=["actuator"])
     assert {"ax_kp", "ax_kv", "ax_gear", "ax_bias", "ax_forcelimit", "ay_forcelimit"} <= set(space.names)

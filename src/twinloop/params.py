@@ -347,7 +347,8 @@ class ParamSpace:
 
         Args:
             model: the scene.
-            bodies: body names (default: every body that moves, i.e. not welded to the world).
+            bodies: body names (default: every body that moves, i.e. neither welded to the world
+                nor a mocap body).
             kinds: parameter kinds or groups of :data:`KINDS` (``"contact"``, ``"joint"`` ...).
                 Per body: ``mass``, ``com`` (3 params); per geom group of a body (its colliding
                 geoms, one parameter when they agree): contact kinds and ``size``; per
@@ -372,7 +373,7 @@ class ParamSpace:
         spread = number(spread, "spread", low=1, low_open=True)
         world = 0
         if bodies is None:
-            ids = [b for b in range(1, model.nbody) if model.body_weldid[b] != world]
+            ids = [b for b in range(1, model.nbody) if model.body_weldid[b] != world and model.body_mocapid[b] < 0]
         else:
             ids = []
             for b in bodies:
