@@ -65,7 +65,7 @@ from twinloop.worlds.shifted import ShiftedWorld
 from twinloop.data import Dataset, EpisodeRecorder, load_lerobot, check as check_dataset
 from twinloop.calib import CalibConfig, calibrate, as_trajectories
 from twinloop.calib.windows import Trajectory
-from twinloop.calib.fit import _laplace
+from twinloop.calib.posterior import laplace
 from twinloop.calib.gap import GapConfig, divergence, gap
 from twinloop.run.rsr import RSRConfig, RSRLoop
 from twinloop.run.compare import RunConfig
@@ -497,7 +497,7 @@ def calib_probes():
     }.items():
         p.append((f"calib {k}", code, "error", "calibration"))
     lap = ("space = " + sp + "; G = np.random.default_rng(0).normal(size=(4, 2)); "
-           "cov, ds, corr, null, *_ = _laplace(H, G, .01, 1., np.array([.02, .05]), space, CalibConfig(), None); "
+           "cov, ds, corr, null, *_ = laplace(H, G, .01, 1., np.array([.02, .05]), space, CalibConfig().null_tol, None); "
            "c = corr[np.isfinite(corr)]; assert np.all(np.abs(c) <= 1); assert np.all(np.sqrt(np.diag(cov)) <= space.prior_std + 1e-12); "
            "assert np.all((ds > 0) | np.isinf(ds))")
     for k, H in {"negative definite": "[[-1, .2], [.2, -3]]", "indefinite": "[[2, 0], [0, -1]]", "zero": "[[0, 0], [0, 0]]",

@@ -74,7 +74,8 @@ def run(args) -> list[dict]:
     for task_name in args.tasks:
         task = make_task(task_name)
         space = task.param_space().subset(PARAMS)
-        cases = [(n, "excite") for n in args.trajectories] + [(3, "constant")]
+        cases = ([(n, "excite") for n in args.trajectories] if "excite" in args.cases else []) + (
+            [(3, "constant")] if "constant" in args.cases else [])
         for method in args.methods:
             for n_traj, kind in cases:
                 errs, flags, secs, evals, covered, per = [], [], [], [], [], []
@@ -85,7 +86,7 @@ def run(args) -> list[dict]:
                     trajs = [record_trajectory(world, task.excitation(1000 * seed + j, kind), 1000 * seed + j,
                                                args.ticks) for j in range(n_traj)]
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
-                                      errors_in_variables=not args.no_eiv)
+                                      errors_in_variables=not args.no_eiv, start_samples=args.start_samples)
                     t0 = time.perf_counter()
                     post = calibrate(task, trajs, space, config=cfg)
                     secs.append(time.perf_counter() - t0)
@@ -109,7 +110,8 @@ def run(args) -> list[dict]:
 def table(rows: list[dict], args) -> Table:
     t = Table(title=f"parameter recovery (friction, mass): {args.seeds} seeds, budget {args.max_evals} evaluations, "
                     f"noise {args.pos_noise * 1000:g} mm / {args.ang_noise:g} rad / {args.vel_noise:g} m/s, "
-                    f"window {args.window}, errors in variables {'off' if args.no_eiv else 'on'}")
+                    f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
+                    f"start samples {args.start_samples}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
         t.add_column(c, justify="left" if c in ("task", "method", "excitation") else "right")
@@ -131,6 +133,8 @@ def main() -> None:
     p.add_argument("--ticks", type=int, default=60, help="ticks per trajectory")
     p.add_argument("--window", type=int, default=CalibConfig.window, help="calibration window (ticks)")
     p.add_argument("--no-eiv", action="store_true", help="trust window starts (no errors in variables)")
+    p.add_argument("--start-samples", type=int, default=0, help="average each window over this many noisy starts")
+    p.add_argument("--cases", nargs="+", default=["excite", "constant"], help="excitation kinds (constant: 3 trajectories)")
     p.add_argument("--pos-noise", type=float, default=1e-3, help="position noise std (m)")
     p.add_argument("--ang-noise", type=float, default=1e-2, help="angle noise std (rad)")
     p.add_argument("--vel-noise", type=float, default=0.0, help="velocity noise std (m/s, rad/s)")

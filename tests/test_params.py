@@ -116,10 +116,17 @@ def test_a_centre_of_mass_offset_moves_the_centre_of_mass_and_the_dynamics():
     assert fall[1] > fall[0] > 0
 
 
-def test_moving_a_centre_of_mass_compiled_at_the_body_origin_is_refused_with_the_fix():
-    space = ParamSpace((Param("tip_com", ("body:tip/ipos[0]",), -0.1, 0.1, 0.0),))
-    with pytest.raises(TwinloopError, match=r"'tip'.*own origin.*<inertial pos"):
-        space.apply(model(), [0.01])
+def test_a_centre_of_mass_compiled_at_the_body_origin_moves_too():
+    # MuJoCo compiles such a body as "same frame" and then skips ipos; the com kind clears the
+    # flag, so the offset acts (an MJX model must be compiled without it: mjx_writer says so)
+    space = ParamSpace((Param("tip_com", ("body:tip/com[0]",), -0.1, 0.1, 0.0),))
+    m = space.apply(model(), [0.01])
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    d0 = mujoco.MjData(model())
+    mujoco.mj_forward(model(), d0)
+    tip = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "tip")
+    assert np.linalg.norm(d.xipos[tip] - d0.xipos[tip]) == pytest.approx(0.01, abs=1e-9)
 
 
 def test_prior_samples_are_seeded_and_inside_bounds():

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from twinloop.calib import CalibConfig, as_trajectories
-from twinloop.calib.fit import Posterior, _laplace
 from twinloop.calib.gap import GapConfig, divergence
+from twinloop.calib.posterior import Posterior, laplace
 from twinloop.calib.windows import Trajectory
 from twinloop.cli import app
 from twinloop.control import Refiner, RefinerConfig
@@ -201,7 +201,7 @@ def test_one_nan_in_a_trajectory_is_refused_not_a_dropped_component(block_push):
 def test_no_correlation_or_data_std_comes_from_a_curvature_that_is_not_positive(H):
     space = ParamSpace((Param("a", "geom:x/friction[0]", 0.1, 1, 0.5), Param("b", "body:x/mass", 0.1, 2, 1)))
     G = np.random.default_rng(0).normal(size=(3, 2))
-    cov, data_std, corr, null, *_ = _laplace(H, G, 0.01, 1.0, np.array([0.02, 0.05]), space, CalibConfig(), None)
+    cov, data_std, corr, null, *_ = laplace(H, G, 0.01, 1.0, np.array([0.02, 0.05]), space, CalibConfig().null_tol, None)
     pos = np.linalg.eigvalsh(H) > 0
     assert np.isinf(data_std[1])  # b has no positive curvature in any case
     assert np.isnan(corr[0, 1]) and np.isnan(corr[1, 0])
@@ -214,7 +214,7 @@ def test_no_correlation_or_data_std_comes_from_a_curvature_that_is_not_positive(
 def test_a_near_singular_but_positive_curvature_keeps_its_meaningful_correlation():
     space = ParamSpace((Param("a", "geom:x/friction[0]", 0.1, 1, 0.5), Param("b", "body:x/mass", 0.1, 2, 1)))
     H = np.array([[1.0, 1.0], [1.0, 1.0 + 1e-12]])  # the data fix a + b, not a - b
-    _, _, corr, null, *_ = _laplace(H, np.zeros((3, 2)), 0.0, 1.0, np.array([0.02, 0.05]), space, CalibConfig(), None)
+    _, _, corr, null, *_ = laplace(H, np.zeros((3, 2)), 0.0, 1.0, np.array([0.02, 0.05]), space, CalibConfig().null_tol, None)
     assert null.any() and -1.0 <= corr[0, 1] < -0.99
 
 

@@ -374,6 +374,8 @@ class TickInfo:
     seconds: float = 0.0
     optimizer_info: dict = field(default_factory=dict)
     result: RefineResult | None = field(default=None, repr=False)
+    gap: float = float("nan")
+    alarm: str = ""
 
 
 class Controller:
@@ -385,9 +387,16 @@ class Controller:
     instead (or the warm plan's, without a proposer) and ``last.fallback`` says why.
 
     With ``refine=False`` the controller runs the proposer alone (the baseline).
+
+    With a ``monitor`` (:class:`~twinloop.calib.monitor.GapMonitor`) each tick first scores
+    the twin's one-tick prediction against the new observation (``last.gap``); an alarm widens
+    the parameter particles, starts a background refit, or falls back to the proposer for the
+    rest of the episode, as the monitor is configured, and ``last.alarm`` says why. Particles
+    a monitor changed are restored at ``reset``.
     """
 
-    def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0):
+    def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0,
+                 monitor=None):
         if not refine and proposer is None:
             raise TwinloopError("a controller without refinement needs a proposer")
         if not isinstance(refiner, Refiner):
@@ -397,16 +406,30 @@ class Controller:
         self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
         self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
         self.task = refiner.task
+        self.monitor = monitor
+        if monitor is not None and monitor.config.action in ("widen", "refit") and not len(refiner.twin.param_space):
+            raise TwinloopError(f"monitor action {monitor.config.action!r} changes parameter particles, but the "
+                                "refiner's twin has no parameter space")
+        if monitor is not None and monitor.config.action == "fallback" and proposer is None:
+            raise TwinloopError("monitor action 'fallback' needs a proposer to fall back to")
         self._warm: Plan | None = None
         self._carry: np.ndarray | None = None
         self.last: TickInfo | None = None
         self.n_fallbacks = 0
+        self._episode_params = refiner.params
+        self._gave_up = ""
 
     def reset(self, seed: int | None = None) -> None:
         self._warm = None
         self._carry = None
         self.last = None
         self.n_fallbacks = 0
+        if self.monitor is not None:
+            if self.monitor.alarms:  # the particles the monitor changed belong to that episode
+                self.refiner.set_params(self._episode_params)
+            self.monitor.reset()
+        self._episode_params = self.refiner.params
+        self._gave_up = ""
         if seed is not None:
             self.refiner.reseed(seed)
         if self.proposer is not None and callable(getattr(self.proposer, "reset", None)):
@@ -418,14 +441,38 @@ class Controller:
     def act(self, obs, info: dict | None = None) -> np.ndarray:
         """The action for observation ``obs`` (``info``, the world's, is not needed here)."""
         state = self.task.state_from_obs(obs)
-        if self.proposer is not None and not self.refine_enabled:
-            # the baseline sends the proposer's own first action, not a spline fit of it
+        alarm = self._watch(state) if self.monitor is not None else ""
+        if self.proposer is not None and (not self.refine_enabled or self._gave_up):
+            # the baseline (or a monitor's fallback) sends the proposer's own first action
             chunk = self._proposal(obs, state)
-            self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high))
-            return self.last.action
-        plan, self.last = self.plan(obs, state, self._warm, self._carry)
-        self._warm, self._carry = self.carried(plan, self.last)
+            self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high),
+                                 alarm=self._gave_up)
+        else:
+            plan, self.last = self.plan(obs, state, self._warm, self._carry)
+            self._warm, self._carry = self.carried(plan, self.last)
+        self.last.alarm = alarm or self.last.alarm
+        if self.monitor is not None:
+            self.last.gap = self.monitor.score
+            self.monitor.sent(state, self.last.action)
         return self.last.action
+
+    def _watch(self, state: np.ndarray) -> str:
+        """Score the twin's last prediction; act on an alarm. Returns the alarm's reason."""
+        m, space = self.monitor, self.refiner.twin.param_space
+        fresh = m.refit_ready()
+        if fresh is not None:
+            self.refiner.set_params(fresh)
+        alarm = m.observe(state, self.refiner.params)
+        if alarm is None:
+            return ""
+        params = self.refiner.params
+        if alarm.action == "widen":
+            self.refiner.set_params(m.widened(params, space))
+        elif alarm.action == "refit":
+            m.start_refit(space, None if params is None else np.atleast_2d(params).mean(axis=0))
+        elif alarm.action == "fallback":
+            self._gave_up = alarm.reason
+        return alarm.reason
 
     def carried(self, plan: Plan, tick: TickInfo, ticks: float = 1.0) -> tuple[Plan, np.ndarray | None]:
         """The warm start and the carried candidates for a plan starting ``ticks`` later."""

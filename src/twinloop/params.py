@@ -1,37 +1,24 @@
 """Named physical parameters of a twin: where they live in the model, their bounds and prior.
 
-A parameter addresses one or more model fields with strings such as::
+A parameter writes one value to one or more target addresses ``OBJECT:NAME/FIELD[i]``::
 
-    geom:block/friction[0]      sliding friction of geom "block"
-    body:block/mass             mass of body "block" (inertia scaled with it, see below)
-    dof:block_x/damping         damping of the dofs of joint "block_x" (all 3 of a ball joint)
-    jnt:hinge/stiffness         joint stiffness
-    actuator:px/kp              position-actuator stiffness (gainprm[0] and biasprm[1])
-    actuator:px/kv              position-actuator damping (biasprm[2])
-    actuator:px/gear[0]         any actuator_* field
-    flex:cloth/friction[0]      any flex_* field of flex "cloth" (damping, radius, friction ...)
-    flex:cloth/mass             total mass of the flex's vertex bodies (each scaled, inertia too)
-    flex:cloth/young            Young's modulus (Pa) of a 2D flex
-    flex:cloth/thickness        shell thickness (m) of a 2D flex (its stiffness, not its radius)
+    body:block/mass             mass of body "block" (rotational inertia scaled alike)
+    geom:block/sliding          sliding friction of geom "block"
+    pair:pusher_block/sliding   friction of one explicit contact pair only
+    joint:block_x/damping       damping of joint "block_x"
+    actuator:px/kp              position-servo stiffness (gainprm[0] and biasprm[1])
+    timing:ctrl/delay           actuation delay (s)
+    geom:block/friction[0]      any model array, raw
 
-Changing a mass means the body keeps its density distribution: ``body_inertia`` is scaled by the
-same ratio. Every inertial change is followed by ``mj_setConst`` so derived constants
-(``body_subtreemass``, ``dof_invweight0``, ``actuator_acc0`` ...) are never stale.
-
-Changing a primitive geom's ``size`` refreshes its bounding radius and box (``geom_rbound``,
-``geom_aabb``), which collision detection prunes with.
-
-Flex materials are compiled into derived arrays: the stretching stiffness ``flex_stiffness`` is
-proportional to ``E t`` and the bending stiffness ``flex_bending`` to ``E t^3`` (``E`` Young's
-modulus, ``t`` thickness), and the discrete integrator's constant factor ``efm0_L`` depends on
-bending, damping and mass (``mj_setConst`` recomputes it). The model keeps no ``E`` or ``t``, so a
-scene whose flex materials are parameters records them first (:func:`record_flex_materials`, as
-custom numerics ``flex:NAME/young`` and ``flex:NAME/thickness``); a write rescales the derived
-arrays by new / recorded and updates the record. This equals recompiling (tests compare).
+Every kind is one modifier in :mod:`twinloop.modifiers` (the list of kinds is there). After
+an inertial change ``mj_setConst`` refreshes the derived constants (``body_subtreemass``,
+``dof_invweight0``, ``actuator_acc0`` ...), so a model is never stale.
+:meth:`ParamSpace.from_model` builds a space from a scene without hand-written addresses.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,34 +27,29 @@ import mujoco
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
+from twinloop.modifiers import (  # noqa: F401 - record_flex_materials: re-exported
+    MODIFIERS,
+    OBJECTS,
+    Cell,
+    Modifier,
+    raw_cells,
+    record_flex_materials,
+    write_mjx,
+    write_model,
+)
 
-_ADDRESS = re.compile(r"^(geom|body|dof|jnt|actuator|flex):([^/]+)/([a-z_0-9]+)(?:\[(\d+)\])?$")
-_OBJ = {
-    "geom": mujoco.mjtObj.mjOBJ_GEOM,
-    "body": mujoco.mjtObj.mjOBJ_BODY,
-    "dof": mujoco.mjtObj.mjOBJ_JOINT,
-    "jnt": mujoco.mjtObj.mjOBJ_JOINT,
-    "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
-    "flex": mujoco.mjtObj.mjOBJ_FLEX,
+_ADDRESS = re.compile(rf"^({'|'.join(OBJECTS)}):([^/]+)/([a-z_0-9]+)(?:\[(\d+)\])?$")
+
+#: the parameter kinds :meth:`ParamSpace.from_model` knows, by group
+KINDS = {
+    "contact": ("sliding", "torsional", "rolling", "timeconst", "dampratio"),
+    "actuator": ("kp", "kv", "gear", "bias", "forcelimit"),
+    "joint": ("damping", "armature", "frictionloss", "stiffness"),
+    "body": ("mass", "com"),
+    "geometry": ("size",),
+    "sensor": ("sensor_bias", "sensor_gain"),
+    "timing": ("delay",),
 }
-_SAMEFRAME_BODY = int(mujoco.mjtSameFrame.mjSAMEFRAME_BODY)
-_INERTIAL = {("body", "mass"), ("body", "inertia"), ("body", "ipos"), ("dof", "armature")}
-_JOINT_DOFS = {mujoco.mjtJoint.mjJNT_FREE: 6, mujoco.mjtJoint.mjJNT_BALL: 3,
-               mujoco.mjtJoint.mjJNT_SLIDE: 1, mujoco.mjtJoint.mjJNT_HINGE: 1}
-_FLEX_MATERIAL = ("young", "thickness")  # rescale derived arrays; their values live in numerics
-_PRIMITIVES = {mujoco.mjtGeom.mjGEOM_SPHERE, mujoco.mjtGeom.mjGEOM_CAPSULE, mujoco.mjtGeom.mjGEOM_CYLINDER,
-               mujoco.mjtGeom.mjGEOM_BOX, mujoco.mjtGeom.mjGEOM_ELLIPSOID}
-
-
-def record_flex_materials(spec: mujoco.MjSpec) -> mujoco.MjSpec:
-    """Record every 2D flex's Young's modulus and thickness in ``spec`` as custom numerics
-    ``flex:NAME/young`` and ``flex:NAME/thickness`` (what ``flex:NAME/young`` and
-    ``flex:NAME/thickness`` parameters rescale from); returns ``spec``, to compile."""
-    for f in spec.flexes:
-        if f.dim == 2 and f.name:
-            for fld in _FLEX_MATERIAL:
-                spec.add_numeric(name=f"flex:{f.name}/{fld}", data=[float(getattr(f, fld))])
-    return spec
 
 
 @dataclass(frozen=True)
@@ -107,7 +89,7 @@ class Param:
             if not isinstance(t, str) or not _ADDRESS.match(t):
                 raise TwinloopError(
                     f"param {self.name!r}: cannot parse address {t!r}; expected KIND:NAME/FIELD[i] "
-                    f"with KIND one of {', '.join(_OBJ)}"
+                    f"with KIND one of {', '.join(OBJECTS)}"
                 )
         if not self.low < self.high:
             raise TwinloopError(f"param {self.name!r}: need finite low < high, got [{self.low}, {self.high}]")
@@ -118,14 +100,47 @@ class Param:
     def std(self) -> float:
         return self.prior_std if self.prior_std is not None else (self.high - self.low) / 4
 
+    @property
+    def signal(self) -> bool:
+        """Acts on controls or measurements (sensor, timing), not on the model."""
+        mod = _modifier(self.targets[0])[0]
+        return mod is not None and mod.signal
+
+
+def _modifier(address: str) -> tuple[Modifier | None, str, str, str, int | None]:
+    obj, name, fld, idx = _ADDRESS.match(address).groups()
+    return MODIFIERS.get((obj, fld)), obj, name, fld, None if idx is None else int(idx)
+
 
 @dataclass(frozen=True)
-class _Slot:
-    kind: str
-    field: str
-    attr: str  # the model field written; "" for a derived flex quantity (mass, young, thickness)
-    row: int | slice  # a slice: the dofs of a multi-dof joint
-    col: int | None
+class Target:
+    """A resolved address: the modifier (``None``: a raw array) and the cells it writes."""
+
+    modifier: Modifier | None
+    cells: list[Cell]
+    obj: str
+    oid: int
+
+    @property
+    def set_const(self) -> bool:
+        # a flex's derived constants (the discrete integrator's factor) depend on its damping too
+        return self.obj == "flex" if self.modifier is None else self.modifier.set_const
+
+    def flags(self, model: mujoco.MjModel) -> list:
+        return [] if self.modifier is None else self.modifier.flags(model, self.oid)
+
+    def values(self, x, base) -> list:
+        if self.modifier is None:
+            return [x] * len(base)
+        if self.modifier.values_cells is not None:
+            return self.modifier.values_cells(x, base, self.cells)
+        return self.modifier.values(x, base)
+
+    def read(self, model: mujoco.MjModel) -> float:
+        if self.modifier is None:
+            attr, idx = self.cells[0]
+            return float(getattr(model, attr)[idx])
+        return self.modifier.read(model, self.cells)
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,12 @@ class ParamSpace:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise TwinloopError(f"duplicate parameter names: {sorted(dup)}")
+        for p in self.params:
+            if len({Param(p.name, (t,), p.low, p.high, p.nominal).signal for t in p.targets}) > 1:
+                raise TwinloopError(f"param {p.name!r} mixes signal (sensor, timing) and model targets")
+        delays = [p.name for p in self.params if any(_modifier(t)[1] == "timing" for t in p.targets)]
+        if len(delays) > 1:
+            raise TwinloopError(f"at most one timing parameter (the actuation delay), got {delays}")
 
     def __len__(self) -> int:
         return len(self.params)
@@ -170,6 +191,11 @@ class ParamSpace:
     def prior_std(self) -> np.ndarray:
         return np.array([p.std for p in self.params])
 
+    @property
+    def has_signals(self) -> bool:
+        """Whether any parameter acts on controls or measurements (sensor, timing)."""
+        return any(p.signal for p in self.params)
+
     def subset(self, names: Sequence[str]) -> ParamSpace:
         """The parameters named in ``names``, in that order."""
         by = {p.name: p for p in self.params}
@@ -178,10 +204,8 @@ class ParamSpace:
             raise TwinloopError(f"unknown parameter(s) {missing}; this space has {self.names}")
         return ParamSpace(tuple(by[n] for n in names))
 
-    def with_nominal(self, values) -> ParamSpace:
-        """A copy whose nominal values are ``values`` (e.g. a calibrated estimate)."""
-        v = self.check(values)
-        return ParamSpace(tuple(Param(p.name, p.targets, p.low, p.high, float(x), p.prior_std) for p, x in zip(self.params, v)))
+    def __add__(self, other: ParamSpace) -> ParamSpace:
+        return ParamSpace(self.params + tuple(other.params))
 
     def check(self, values, name: str = "params") -> np.ndarray:
         """Validate a value vector ``(n,)`` or batch ``(P, n)``: shape, finiteness and bounds."""
@@ -204,101 +228,73 @@ class ParamSpace:
         x = self.nominal + rng.standard_normal((n, len(self))) * self.prior_std
         return np.clip(x, self.low, self.high)
 
+    # -- serialization ---------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """JSON-ready description (names, targets, bounds, nominal, prior)."""
+        return {"params": [{"name": p.name, "targets": list(p.targets), "low": p.low, "high": p.high,
+                            "nominal": p.nominal, "prior_std": p.prior_std} for p in self.params]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ParamSpace:
+        if not isinstance(d, dict) or not isinstance(d.get("params"), list):
+            raise TwinloopError("a parameter space dict needs a 'params' list (see ParamSpace.to_dict)")
+        return cls(tuple(Param(p["name"], tuple(p["targets"]), p["low"], p["high"], p["nominal"], p.get("prior_std"))
+                         for p in d["params"]))
+
     # -- model access ----------------------------------------------------------------------
 
     def check_model(self, model: mujoco.MjModel) -> None:
         """Raise if any address does not exist in ``model`` (checked before any rollout)."""
-        self._slots(model)
+        self.resolve(model)
 
-    def _slots(self, model: mujoco.MjModel) -> list[list[_Slot]]:
-        out = []
+    def resolve(self, model: mujoco.MjModel) -> list[list[Target]]:
+        """Per parameter, its resolved targets in ``model``; no model cell is written by two
+        parameters (or twice by one)."""
+        out, seen = [], {}
         for p in self.params:
-            slots = []
+            targets = []
             for t in p.targets:
-                kind, obj, fld, idx = _ADDRESS.match(t).groups()
-                oid = mujoco.mj_name2id(model, _OBJ[kind], obj)
+                mod, obj, name, fld, idx = _modifier(t)
+                kind = OBJECTS[obj]
+                oid = 0 if kind is None else mujoco.mj_name2id(model, kind, name)
                 if oid < 0:
-                    raise TwinloopError(f"param {p.name!r}: no {kind} named {obj!r} in the model ({t})")
-                col = None if idx is None else int(idx)
-                row = oid
-                if kind == "actuator" and fld in ("kp", "kv"):
-                    attr = "actuator_gainprm" if fld == "kp" else "actuator_biasprm"
-                    col = 0 if fld == "kp" else 2
-                elif kind == "flex" and fld in (*_FLEX_MATERIAL, "mass"):
-                    if fld in _FLEX_MATERIAL and model.flex_dim[oid] != 2:
-                        raise TwinloopError(f"param {p.name!r}: {fld} is supported for 2D flexes only ({t})")
-                    if fld in _FLEX_MATERIAL and mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_NUMERIC, f"flex:{obj}/{fld}") < 0:
-                        raise TwinloopError(f"param {p.name!r}: the model records no {fld} of flex {obj!r}; "
-                                            f"compile it from a spec passed through record_flex_materials ({t})")
-                    slots.append(_Slot(kind, fld, "", row, None))  # no field: _flex_read/_flex_write
-                    continue
-                elif kind == "geom" and fld == "size" and mujoco.mjtGeom(model.geom_type[oid]) not in _PRIMITIVES:
-                    raise TwinloopError(f"param {p.name!r}: only a primitive geom's size can be a parameter ({t})")
-                elif kind == "dof":  # every dof of the joint (3 for a ball, 6 for a free joint)
-                    n = _JOINT_DOFS[mujoco.mjtJoint(model.jnt_type[oid])]
-                    attr, row = f"dof_{fld}", slice(int(model.jnt_dofadr[oid]), int(model.jnt_dofadr[oid]) + n)
-                else:
-                    attr = f"{kind}_{fld}"
-                if not hasattr(model, attr):
-                    raise TwinloopError(f"param {p.name!r}: model has no field {attr!r} ({t})")
-                arr = getattr(model, attr)
-                if arr.ndim == 2 and col is None and arr.shape[1] > 1:
-                    raise TwinloopError(f"param {p.name!r}: {attr} has {arr.shape[1]} columns; give an index like {t}[0]")
-                if kind == "body" and fld == "ipos" and model.body_sameframe[oid] == _SAMEFRAME_BODY:
-                    # MuJoCo then skips ipos (a simple body cannot even be refreshed), and a GPU
-                    # twin compiles that flag in: every particle must share it
-                    raise TwinloopError(f"param {p.name!r}: body {obj!r} has its centre of mass at its own origin, which "
-                                        f"MuJoCo compiles as fixed ({t}); give the body an <inertial pos=...> off its origin")
-                if col is not None and (arr.ndim == 1 or col >= arr.shape[1]):
-                    raise TwinloopError(f"param {p.name!r}: index [{col}] out of range for {attr} ({t})")
-                slots.append(_Slot(kind, fld, attr, row, col))
-            out.append(slots)
+                    what = "joint" if obj in ("dof", "jnt", "sensor") else obj
+                    raise TwinloopError(f"param {p.name!r}: no {what} named {name!r} in the model ({t})")
+                try:
+                    cells = mod.cells(model, obj, oid, idx) if mod is not None else raw_cells(obj, fld, model, oid, idx)
+                except TwinloopError as exc:
+                    raise TwinloopError(f"param {p.name!r}: {exc} ({t})") from None
+                shared = mod is not None and mod.scales  # rescales cells other such kinds rescale too
+                for c in cells:
+                    if c in seen and not (shared and seen[c][1] and c[0] != "numeric_data"):
+                        raise TwinloopError(f"params {seen[c][0]!r} and {p.name!r} both write {c[0]}{list(c[1])} ({t})")
+                    seen[c] = (p.name, shared)
+                targets.append(Target(mod, cells, obj, oid))
+            out.append(targets)
         return out
 
     def read(self, model: mujoco.MjModel) -> np.ndarray:
-        """The current values of the parameters in ``model`` (first target of each)."""
-        vals = []
-        for slots in self._slots(model):
-            s = slots[0]
-            if not s.attr:
-                vals.append(_flex_read(model, s))
-                continue
-            arr = getattr(model, s.attr)
-            v = arr[s.row] if s.col is None else arr[s.row, s.col]
-            vals.append(-float(v) if (s.kind, s.field) == ("actuator", "kv") else float(np.ravel(v)[0]))
-        return np.array(vals)
+        """The current values of the parameters in ``model`` (first target of each; a signal
+        parameter, which no model holds, reads as its nominal value)."""
+        return np.array([p.nominal if p.signal else ts[0].read(model)
+                         for p, ts in zip(self.params, self.resolve(model), strict=True)])
 
     def apply(self, model: mujoco.MjModel, values) -> mujoco.MjModel:
         """A copy of ``model`` with ``values`` written to every target (derived constants refreshed)."""
         v = self.check(values, "param values")
         if v.ndim != 1:
             raise TwinloopError(f"apply takes one value vector ({len(self)},), got {v.shape}; use models() for a batch")
-        m = _copy_model(model)
-        inertial = False
-        for x, slots in zip(v, self._slots(m)):
-            for s in slots:
-                arr = getattr(m, s.attr) if s.attr else None
-                if not s.attr:
-                    _flex_write(m, s, float(x))
-                elif (s.kind, s.field) == ("body", "mass"):
-                    old = float(arr[s.row])
-                    if old > 0:
-                        m.body_inertia[s.row] *= x / old
-                    arr[s.row] = x
-                elif (s.kind, s.field) == ("actuator", "kp"):
-                    m.actuator_gainprm[s.row, 0] = x
-                    m.actuator_biasprm[s.row, 1] = -x
-                elif (s.kind, s.field) == ("actuator", "kv"):
-                    m.actuator_biasprm[s.row, 2] = -x
-                elif s.col is None:
-                    arr[s.row] = x
-                else:
-                    arr[s.row, s.col] = x
-                if (s.kind, s.field) == ("geom", "size"):
-                    _refresh_geom_bounds(m, s.row)
-                # flex constants (efm0_L) depend on damping, bending and mass: refresh on any flex write
-                inertial |= (s.kind, s.field) in _INERTIAL or s.kind == "flex"
-        if inertial:
+        m = copy.copy(model)
+        refresh = False
+        for x, targets in zip(v, self.resolve(m), strict=True):
+            for t in targets:
+                base = [float(getattr(m, a)[i]) for a, i in t.cells]  # as written so far: scales compose
+                for (attr, idx), flag in t.flags(m):
+                    getattr(m, attr)[idx] = flag
+                write_model(m, t.cells, t.values(float(x), base))
+                refresh |= t.set_const
+        if refresh:
             mujoco.mj_setConst(m, mujoco.MjData(m))
         return m
 
@@ -307,55 +303,194 @@ class ParamSpace:
         v = self.check(values, "param values")
         return [self.apply(model, row) for row in np.atleast_2d(v)]
 
+    def mjx_writer(self, model: mujoco.MjModel):
+        """``f(mjx_model, x) -> mjx_model`` writing the model parameters ``x (n,)`` (JAX
+        arrays, traceable for ``jax.jacfwd``) into an MJX model of ``model``. Derived
+        constants stay nominal (MJX has no ``mj_setConst``): after a mass change
+        ``body_subtreemass`` and ``dof_invweight0`` are stale, a small error in a slope only."""
+        plan = []
+        for i, targets in enumerate(self.resolve(model)):
+            for t in targets:
+                for (attr, idx), flag in t.flags(model):
+                    if getattr(model, attr)[idx] != flag:
+                        raise TwinloopError(f"param {self.params[i].name!r}: MJX cannot change the static {attr}; "
+                                            f"compile the scene with it set (e.g. body simple='false')")
+                if t.modifier is None or not t.modifier.signal:
+                    plan.append((i, t, [float(getattr(model, a)[k]) for a, k in t.cells]))
 
-def _flex_bodies(m: mujoco.MjModel, f: int) -> np.ndarray:
-    """The bodies that carry flex ``f``'s vertices (not the world or a parent they are pinned to)."""
-    ids = np.unique(m.flex_vertbodyid[m.flex_vertadr[f] : m.flex_vertadr[f] + m.flex_vertnum[f]])
-    return ids[(ids > 0) & (m.body_mass[ids] > 0)]
+        def write(mx, x):
+            for i, t, base in plan:
+                mx = write_mjx(mx, t.cells, t.values(x[i], base))
+            return mx
+
+        return write
+
+    # -- signals (sensor and timing parameters) --------------------------------------------
+
+    def delay(self, values) -> np.ndarray:
+        """``(P,)`` actuation delay (s) of each row of ``values (P, n)`` (0 without a timing
+        parameter)."""
+        v = np.atleast_2d(np.asarray(values, dtype=float))
+        for j, p in enumerate(self.params):
+            if _modifier(p.targets[0])[1] == "timing":
+                return v[:, j].copy()
+        return np.zeros(len(v))
+
+    def measurement(self, model: mujoco.MjModel, values) -> tuple[np.ndarray, np.ndarray]:
+        """``(P, nstate)`` gain and bias of each row of ``values`` on the twin state:
+        ``measured = gain * true + bias`` (sensor parameters; identity without any)."""
+        v = np.atleast_2d(np.asarray(values, dtype=float))
+        n = model.nq + model.nv + model.na
+        gain, bias = np.ones((len(v), n)), np.zeros((len(v), n))
+        for j, targets in enumerate(self.resolve(model)):
+            for t in targets:
+                if t.obj != "sensor":
+                    continue
+                qa, va = int(model.jnt_qposadr[t.oid]), model.nq + int(model.jnt_dofadr[t.oid])
+                if t.modifier.field == "gain":
+                    gain[:, qa] = gain[:, va] = v[:, j]
+                else:
+                    bias[:, qa] = v[:, j]
+        return gain, bias
+
+    # -- building a space from a scene -----------------------------------------------------
+
+    @classmethod
+    def from_model(cls, model: mujoco.MjModel, bodies: Sequence[str] | None = None,
+                   kinds: Sequence[str] = ("mass", "sliding", "damping"), spread: float = 4.0) -> ParamSpace:
+        """A space for ``bodies`` of ``model`` without hand-written addresses.
+
+        Args:
+            model: the scene.
+            bodies: body names (default: every body that moves, i.e. neither welded to the world
+                nor a mocap body).
+            kinds: parameter kinds or groups of :data:`KINDS` (``"contact"``, ``"joint"`` ...).
+                Per body: ``mass``, ``com`` (3 params); per geom group of a body (its colliding
+                geoms, one parameter when they agree): contact kinds and ``size``; per
+                explicit contact pair touching a body: contact kinds; per joint of a body:
+                joint kinds and ``sensor_bias``/``sensor_gain``; per actuator driving a
+                joint of a body: actuator kinds it supports; ``delay``: one.
+            spread: bounds are ``[nominal / spread, nominal * spread]`` for positive
+                quantities (absolute ranges for those that may be 0, see the code).
+
+        Returns:
+            The space; names like ``block_mass``, ``block_sliding``, ``block_x_damping``,
+            ``pusher_block_sliding`` (a pair), ``pusher_x_kp``.
+        """
+        want: list[str] = []
+        for k in kinds:
+            if k in KINDS:
+                want += KINDS[k]
+            elif any(k in v for v in KINDS.values()):
+                want.append(k)
+            else:
+                raise TwinloopError(f"unknown parameter kind {k!r}; kinds: {sorted(set(sum(KINDS.values(), ())) | set(KINDS))}")
+        spread = number(spread, "spread", low=1, low_open=True)
+        world = 0
+        if bodies is None:
+            ids = [b for b in range(1, model.nbody) if model.body_weldid[b] != world and model.body_mocapid[b] < 0]
+        else:
+            ids = []
+            for b in bodies:
+                i = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b)
+                if i < 0:
+                    raise TwinloopError(f"from_model: no body named {b!r} in the model")
+                ids.append(i)
+
+        def name(obj, i):  # unnamed objects cannot be addressed and are left out
+            return mujoco.mj_id2name(model, obj, i) or ""
+
+        params: list[Param] = []
+
+        def add(pname, targets, nominal, low, high):
+            low, high = min(low, nominal), max(high, nominal)
+            if high > low and all(":/" not in t for t in targets):
+                params.append(Param(pname, tuple(targets), low, high, nominal))
+
+        def scaled(pname, targets, nominal, floor):
+            # positive quantities within a factor; a zero nominal gets an absolute range
+            if nominal > 0:
+                add(pname, targets, nominal, nominal / spread, nominal * spread)
+            else:
+                add(pname, targets, nominal, 0.0, floor)
+
+        G, J, A = mujoco.mjtObj.mjOBJ_GEOM, mujoco.mjtObj.mjOBJ_JOINT, mujoco.mjtObj.mjOBJ_ACTUATOR
+        contact = [k for k in want if k in KINDS["contact"]]
+        for b in ids:
+            bname = name(mujoco.mjtObj.mjOBJ_BODY, b)
+            if "mass" in want and model.body_mass[b] > 0:
+                scaled(f"{bname}_mass", [f"body:{bname}/mass"], float(model.body_mass[b]), 1.0)
+            if "com" in want:
+                reach = float(max(model.geom_rbound[model.geom_bodyid == b], default=0.05))
+                for k, axis in enumerate("xyz"):
+                    c = float(model.body_ipos[b, k])
+                    add(f"{bname}_com_{axis}", [f"body:{bname}/com[{k}]"], c, c - 0.5 * reach, c + 0.5 * reach)
+            geoms = [g for g in np.flatnonzero(model.geom_bodyid == b)
+                     if model.geom_contype[g] or model.geom_conaffinity[g]]
+            for kind in contact:
+                col = {"sliding": ("geom_friction", 0), "torsional": ("geom_friction", 1), "rolling": ("geom_friction", 2),
+                       "timeconst": ("geom_solref", 0), "dampratio": ("geom_solref", 1)}[kind]
+                groups: dict[float, list[str]] = {}
+                for g in geoms:
+                    groups.setdefault(float(getattr(model, col[0])[g, col[1]]), []).append(name(G, g))
+                for nominal, gnames in groups.items():
+                    label = bname if len(groups) == 1 else gnames[0]
+                    scaled(f"{label}_{kind}", [f"geom:{g}/{kind}" for g in gnames], nominal, 0.01)
+            if "size" in want:
+                for g in geoms:
+                    used = {int(mujoco.mjtGeom.mjGEOM_SPHERE): 1, int(mujoco.mjtGeom.mjGEOM_CAPSULE): 2,
+                            int(mujoco.mjtGeom.mjGEOM_CYLINDER): 2, int(mujoco.mjtGeom.mjGEOM_BOX): 3,
+                            int(mujoco.mjtGeom.mjGEOM_ELLIPSOID): 3}.get(int(model.geom_type[g]), 0)
+                    for k in range(used):
+                        s = float(model.geom_size[g, k])
+                        add(f"{name(G, g)}_size{k}", [f"geom:{name(G, g)}/size[{k}]"], s, 0.5 * s, 1.5 * s)
+            for j in np.flatnonzero(model.jnt_bodyid == b):
+                if int(model.jnt_type[j]) in (int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)):
+                    continue  # one value for several dofs would need its own kind
+                jn, d = name(J, j), int(model.jnt_dofadr[j])
+                for kind, nominal, floor in (("damping", model.dof_damping[d], 1.0),
+                                             ("armature", model.dof_armature[d], 0.01),
+                                             ("frictionloss", model.dof_frictionloss[d], 0.5),
+                                             ("stiffness", model.jnt_stiffness[j], 10.0)):
+                    if kind in want:
+                        scaled(f"{jn}_{kind}", [f"joint:{jn}/{kind}"], float(nominal), floor)
+                if "sensor_bias" in want:
+                    add(f"{jn}_sensor_bias", [f"sensor:{jn}/bias"], 0.0, -0.01, 0.01)
+                if "sensor_gain" in want:
+                    add(f"{jn}_sensor_gain", [f"sensor:{jn}/gain"], 1.0, 0.9, 1.1)
+                for a in range(model.nu):
+                    if int(model.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT) or model.actuator_trnid[a, 0] != j:
+                        continue
+                    an = name(A, a)
+                    servo = (int(model.actuator_biastype[a]) == int(mujoco.mjtBias.mjBIAS_AFFINE)
+                             and model.actuator_gainprm[a, 0] == -model.actuator_biasprm[a, 1])
+                    if "kp" in want and servo:
+                        scaled(f"{an}_kp", [f"actuator:{an}/kp"], float(model.actuator_gainprm[a, 0]), 1.0)
+                    if "kv" in want and servo:
+                        scaled(f"{an}_kv", [f"actuator:{an}/kv"], float(-model.actuator_biasprm[a, 2]), 1.0)
+                    if "gear" in want:
+                        g0 = float(model.actuator_gear[a, 0])
+                        add(f"{an}_gear", [f"actuator:{an}/gear"], g0, 0.5 * g0, 1.5 * g0)
+                    if "bias" in want:
+                        f0 = float(model.actuator_biasprm[a, 0])
+                        lim = float(np.max(np.abs(model.actuator_forcerange[a]))) if model.actuator_forcelimited[a] else 1.0
+                        add(f"{an}_bias", [f"actuator:{an}/bias"], f0, f0 - 0.2 * lim, f0 + 0.2 * lim)
+                    if "forcelimit" in want and model.actuator_forcelimited[a]:
+                        scaled(f"{an}_forcelimit", [f"actuator:{an}/forcelimit"],
+                               float(-model.actuator_forcerange[a, 0]), 1.0)
+        for pr in range(model.npair):
+            g1, g2 = model.pair_geom1[pr], model.pair_geom2[pr]
+            if model.geom_bodyid[g1] not in ids and model.geom_bodyid[g2] not in ids:
+                continue
+            pn = name(mujoco.mjtObj.mjOBJ_PAIR, pr)
+            for kind in contact:
+                col = {"sliding": ("pair_friction", 0), "torsional": ("pair_friction", 2),
+                       "rolling": ("pair_friction", 3), "timeconst": ("pair_solref", 0),
+                       "dampratio": ("pair_solref", 1)}[kind]
+                scaled(f"{pn}_{kind}", [f"pair:{pn}/{kind}"], float(getattr(model, col[0])[pr, col[1]]), 0.01)
+        if "delay" in want:
+            add("ctrl_delay", ["timing:ctrl/delay"], 0.0, 0.0, 0.05)
+        return cls(tuple(params))
 
 
-def _span(adr: np.ndarray, total: int, f: int) -> slice:
-    """The slice of flex ``f``'s entries in an array laid out by per-flex start addresses."""
-    later = adr[f + 1 :]
-    return slice(int(adr[f]), int(later.min()) if len(later) else total)
-
-
-def _flex_read(m: mujoco.MjModel, s: _Slot) -> float:
-    if s.field == "mass":
-        return float(m.body_mass[_flex_bodies(m, s.row)].sum())
-    name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_FLEX, s.row)
-    return float(m.numeric(f"flex:{name}/{s.field}").data[0])
-
-
-def _flex_write(m: mujoco.MjModel, s: _Slot, x: float) -> None:
-    """Write a flex's total mass, Young's modulus or thickness (see the module docstring)."""
-    old = _flex_read(m, s)
-    if s.field == "mass":
-        bodies = _flex_bodies(m, s.row)
-        m.body_mass[bodies] *= x / old
-        m.body_inertia[bodies] *= x / old
-        return
-    ratio = x / old
-    bend = ratio if s.field == "young" else ratio**3
-    m.flex_stiffness[_span(m.flex_stiffnessadr, m.nflexstiffness, s.row)] *= ratio
-    m.flex_bending[_span(m.flex_bendingadr, m.nflexbending, s.row)] *= bend
-    name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_FLEX, s.row)
-    m.numeric(f"flex:{name}/{s.field}").data[0] = x
-
-
-def _refresh_geom_bounds(m: mujoco.MjModel, g: int) -> None:
-    """Bounding radius and local box of primitive geom ``g`` from its size (as the compiler sets them)."""
-    r, a, b = m.geom_size[g]
-    t = mujoco.mjtGeom(m.geom_type[g])
-    half = {mujoco.mjtGeom.mjGEOM_SPHERE: (r, r, r), mujoco.mjtGeom.mjGEOM_CAPSULE: (r, r, r + a),
-            mujoco.mjtGeom.mjGEOM_CYLINDER: (r, r, a)}.get(t, (r, a, b))
-    m.geom_aabb[g, 3:] = half
-    m.geom_rbound[g] = {mujoco.mjtGeom.mjGEOM_SPHERE: r, mujoco.mjtGeom.mjGEOM_CAPSULE: r + a,
-                        mujoco.mjtGeom.mjGEOM_CYLINDER: float(np.hypot(r, a)),
-                        mujoco.mjtGeom.mjGEOM_ELLIPSOID: max(r, a, b)}.get(t, float(np.linalg.norm([r, a, b])))
-
-
-def _copy_model(model: mujoco.MjModel) -> mujoco.MjModel:
-    import copy
-
-    return copy.copy(model)
+__all__ = ["KINDS", "Param", "ParamSpace", "Target"]

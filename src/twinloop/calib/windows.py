@@ -22,6 +22,7 @@ import mujoco
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array
+from twinloop.modifiers import delay_controls
 from twinloop.tasks.base import Task
 
 
@@ -306,20 +307,21 @@ class StateError:
         return (d / self.scale)[..., self.mask]
 
 
-def window_controls(windows: Windows, substeps: int, delay: int = 0) -> np.ndarray:
+def window_controls(windows: Windows, substeps: int, delay: float = 0) -> np.ndarray:
     """``(B, L * substeps, nu)`` controls per physics step: each action held for its tick,
-    reaching the actuators ``delay`` physics steps late (the action before the window fills in)."""
+    reaching the actuators ``delay`` physics steps late (the action before the window fills in;
+    a fractional delay blends the two neighbouring whole shifts)."""
     ctrl = np.repeat(windows.actions, substeps, axis=1)
     if delay <= 0:
         return ctrl
     if delay >= ctrl.shape[1]:
         raise TwinloopError(f"delay of {delay} steps is longer than the window ({ctrl.shape[1]} steps)")
-    before = windows.actions[:, :1] if windows.before is None else windows.before[:, None]
-    return np.concatenate([np.repeat(before, delay, axis=1), ctrl[:, :-delay]], axis=1)
+    before = windows.actions[:, 0] if windows.before is None else windows.before
+    return delay_controls(ctrl, delay, before)
 
 
 def window_rollout_states(twin, windows: Windows, substeps: int, params: np.ndarray | None,
-                          delay: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                          delay: float = 0) -> tuple[np.ndarray, np.ndarray]:
     """Replay every window under every particle (actions delayed by ``delay`` physics steps).
 
     Returns:

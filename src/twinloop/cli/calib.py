@@ -15,6 +15,7 @@ from twinloop.cli.common import console, executor_options, guard, one_of, progre
 from twinloop.data import Dataset, load_lerobot
 from twinloop.errors import TwinloopError, number
 from twinloop.io import out_mode, output_folder, write_json
+from twinloop.params import KINDS, ParamSpace
 from twinloop.plan import OPTIMIZERS
 from twinloop.policies import PROPOSERS
 from twinloop.run.executor import EXECUTORS
@@ -75,11 +76,16 @@ def calibrate(
     task: str = typer.Option(None, help=one_of(TASKS, "Task the episodes were recorded on (default: the dataset's own; needed for --lerobot):")),
     method: str = typer.Option(c.method, help=one_of(METHODS)),
     params: str = typer.Option("", help="Parameters to fit, comma-separated (default: the task's space)."),
+    kinds: str = typer.Option("", help="Build the space from the scene instead: parameter kinds or groups, comma-separated "
+                              f"({', '.join(KINDS)}, or single kinds such as mass, sliding, kp)."),
+    bodies: str = typer.Option("", help="With --kinds: the bodies, comma-separated (default: every moving body)."),
     window: int = typer.Option(c.window, help="Multiple-shooting window (control ticks)."),
     stride: int = typer.Option(0, help="Ticks between window starts (0: the window length)."),
     start_clearance: float = typer.Option(c.start_clearance, help="Start windows only where moving bodies are this far apart (m); 0 anywhere."),
     max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
     errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out)."),
+    start_samples: int = typer.Option(c.start_samples, help="Predict each window as the mean over this many noisy copies of its start (0: off)."),
+    keep_if_worse: bool = typer.Option(c.keep_if_worse, help="Keep the previous parameters when the fit makes held-out error worse."),
     delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
     holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
     particles: int = typer.Option(c.particles, help="Posterior samples to write."),
@@ -93,11 +99,13 @@ def calibrate(
     """Fit the twin's physical parameters to recorded episodes; report how well each is pinned down."""
     cfg = CalibConfig(method=method, window=window, stride=stride or None,
                       start_clearance=start_clearance or None, max_evals=max_evals,
-                      errors_in_variables=errors_in_variables,
-                      delay_steps=None if delay_steps == -1 else delay_steps,
+                      errors_in_variables=errors_in_variables, start_samples=start_samples,
+                      keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
                       holdout_fraction=holdout, particles=particles, seed=seed)
     t, eps, world = load_episodes(task, dataset, lerobot, column_map, fps)
     space = t.param_space()
+    if kinds:
+        space = ParamSpace.from_model(t.model, _names(bodies), _names(kinds))
     names = _names(params)
     if names:
         space = space.subset(names)
@@ -111,7 +119,7 @@ def calibrate(
                    progress=lambda n, f: prog.update(bar, completed=min(n, cfg.max_evals), best=f))
     console.print(post.report())
     summary = {"task": t.name, "world": world, "seed": seed, "episodes": len(eps), "results": [],
-               "calibration": post.to_dict(), "config": cfg.__dict__, "dataset": str(dataset)}
+               "calibration": post.to_dict(), "space": space.to_dict(), "config": cfg.__dict__, "dataset": str(dataset)}
     write_json(o / "posterior.json", post.to_dict(), allow_nan=False)
     write_json(o / "summary.json", summary, allow_nan=False)
     console.print(f"wrote {o / 'summary.json'}, {o / 'posterior.json'}")

@@ -95,10 +95,16 @@ class Task:
 
     @cached_property
     def model(self) -> mujoco.MjModel:
-        """The nominal model (shared; copy before mutating)."""
+        """The nominal model (shared; copy before mutating): the scene after :meth:`edit_scene`."""
         if not self.xml_path.is_file():
             raise TwinloopError(f"task {self.name!r}: scene file {self.xml_path} does not exist")
-        return mujoco.MjModel.from_xml_path(str(self.xml_path))
+        spec = self.spec()
+        self.edit_scene(spec)
+        return spec.compile()
+
+    def edit_scene(self, spec: mujoco.MjSpec) -> None:
+        """Change the scene's structure before it compiles (task options such as explicit
+        contact pairs or a stiffer actuator). Default: the scene as written."""
 
     @property
     def substeps(self) -> int:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from twinloop.errors import as_array
+from twinloop.errors import as_array, choose
 from twinloop.params import Param, ParamSpace
 from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
-from twinloop.tasks.planar import on_floor, rotate, wrap
+from twinloop.tasks.planar import CONTACTS, PUSHERS, edit_pusher_scene, on_floor, rotate, wrap
 
 
 def _yaw_residual(yaw: np.ndarray, goal: float, symmetry: int) -> np.ndarray:
@@ -35,6 +35,10 @@ class BlockPush(Task):
 
     Args:
         goal: goal ``(x, y, yaw)`` of the cube (m, m, rad).
+        contacts: ``geoms`` (MuJoCo's automatic contacts) | ``pairs`` (the pusher-block
+            contact as an explicit pair with its own friction, see
+            :func:`~twinloop.tasks.planar.edit_pusher_scene`).
+        pusher: ``pd`` (the PD stage) | ``kinematic`` (a stiff, unlimited stage).
     """
 
     name = "block-push"
@@ -49,10 +53,15 @@ class BlockPush(Task):
     pos_tol = 0.015
     yaw_tol = 0.15
 
-    def __init__(self, goal=(0.10, 0.0, 0.0)):
+    def __init__(self, goal=(0.10, 0.0, 0.0), contacts: str = "geoms", pusher: str = "pd"):
         self.goal = as_array(goal, "goal (x, y, yaw)", (3,))  # NaN would make every cost NaN
+        self.contacts = choose("contacts", contacts, CONTACTS)
+        self.pusher = choose("pusher", pusher, PUSHERS)
         self.action_low = np.array([-0.3, -0.3])
         self.action_high = np.array([0.3, 0.3])
+
+    def edit_scene(self, spec: mujoco.MjSpec) -> None:
+        edit_pusher_scene(spec, self.contacts, self.pusher)
 
     def description(self) -> str:
         x, y, yaw = self.goal
@@ -147,11 +156,15 @@ class BlockPush(Task):
         return bool(e_pos < self.pos_tol and e_yaw < self.yaw_tol)
 
     def param_space(self) -> ParamSpace:
+        """Block friction (block and floor, and the pusher-block contact unless it is a pair of
+        its own: then ``pusher_friction`` sets that), block mass (kg) and the block's
+        translational damping (N s/m)."""
+        own = self.contacts == "pairs"
         return ParamSpace((
-            Param("block_friction", ("geom:block/friction[0]", "geom:floor/friction[0]"), 0.05, 1.5, 0.5),
+            Param("block_friction", ("geom:block/sliding", "geom:floor/sliding"), 0.05, 1.5, 0.5),
             Param("block_mass", ("body:block/mass",), 0.05, 3.0, 0.5),
-            Param("block_damping", ("dof:block_x/damping", "dof:block_y/damping"), 0.0, 2.0, 0.05, 0.1),
-        ))
+            Param("block_damping", ("joint:block_x/damping", "joint:block_y/damping"), 0.0, 20.0, 0.05, 0.1),
+        ) + ((Param("pusher_friction", ("pair:pusher_block/sliding",), 0.0, 1.5, 0.5),) if own else ()))
 
 
 class ScriptedBlockPush(PointPusher):

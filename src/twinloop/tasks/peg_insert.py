@@ -150,7 +150,7 @@ class PegInsert(ArmTask):
             Param("peg_friction", ("geom:peg/friction[0]", *walls, "geom:floor/friction[0]"), 0.05, 1.2, 0.4, 0.15),
             Param("finger_friction", ("geom:left_finger/friction[0]", "geom:right_finger/friction[0]"), 0.2, 2.0, 1.0, 0.3),
             Param("peg_mass", ("body:peg/mass",), 0.01, 0.5, 0.06, 0.03),
-            Param("peg_com_x", ("body:peg/ipos[0]",), -0.01, 0.01, 0.0, 0.003),
+            Param("peg_com_x", ("body:peg/com[0]",), -0.01, 0.01, 0.0, 0.003),
             Param("arm_stiffness", ("actuator:x/kp", "actuator:y/kp", "actuator:z/kp"), 150.0, 2000.0, 600.0, 150.0),
             Param("grip_stiffness", ("actuator:grip/kp",), 30.0, 500.0, 150.0, 50.0),
         ))

@@ -170,7 +170,7 @@ class Pivot(ArmTask):
             Param("wall_friction", ("geom:wall/friction[0]",), 0.05, 1.0, 0.3, 0.1),
             Param("finger_friction", ("geom:left_finger/friction[0]", "geom:right_finger/friction[0]"), 0.2, 2.0, 1.0, 0.3),
             Param("box_mass", ("body:box/mass",), 0.05, 1.5, 0.25, 0.1),
-            Param("box_com_x", ("body:box/ipos[0]",), -0.03, 0.03, 0.0, 0.01),
+            Param("box_com_x", ("body:box/com[0]",), -0.03, 0.03, 0.0, 0.01),
             Param("arm_stiffness", ("actuator:x/kp", "actuator:y/kp", "actuator:z/kp"), 150.0, 2000.0, 600.0, 150.0),
         ))
 

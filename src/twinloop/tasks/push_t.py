@@ -35,11 +35,11 @@ import shapely
 from shapely import affinity
 from shapely.geometry import Polygon, box
 
-from twinloop.errors import TwinloopError, as_array, number
+from twinloop.errors import TwinloopError, as_array, choose, number
 from twinloop.params import Param, ParamSpace
 from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
-from twinloop.tasks.planar import on_floor, rotate, wrap
+from twinloop.tasks.planar import CONTACTS, PUSHERS, edit_pusher_scene, on_floor, rotate, wrap
 
 # the T in its own frame (m): (centre x, centre y, half width, half height) of bar and stem
 BAR = (0.0, 0.015, 0.060, 0.015)
@@ -124,6 +124,10 @@ class PushT(Task):
         goal: goal pose ``(x, y, yaw)`` in metres (default Push-T's (256, 256, pi/4)).
         success_coverage: fraction of the goal T the block must cover.
         weights: overrides of :attr:`WEIGHTS` by residual name.
+        contacts: ``geoms`` (MuJoCo's automatic contacts) | ``pairs`` (pusher-bar and
+            pusher-stem contacts as explicit pairs with their own friction, see
+            :func:`~twinloop.tasks.planar.edit_pusher_scene`).
+        pusher: ``pd`` (the PD stage) | ``kinematic`` (a stiff, unlimited stage).
     """
 
     name = "push-t"
@@ -139,7 +143,10 @@ class PushT(Task):
     WEIGHTS = {"block_position": 1.0, "block_yaw": 1.0, "reach": 0.3, "effort": 0.02,
                "final_position": 3.0, "final_yaw": 3.0}
 
-    def __init__(self, goal=None, success_coverage: float = 0.95, weights: dict | None = None):
+    def __init__(self, goal=None, success_coverage: float = 0.95, weights: dict | None = None,
+                 contacts: str = "geoms", pusher: str = "pd"):
+        self.contacts = choose("contacts", contacts, CONTACTS)
+        self.pusher = choose("pusher", pusher, PUSHERS)
         g = pose_from_pusht(GOAL_PUSHT) if goal is None else as_array(goal, "goal", (3,))
         self.goal = g
         self.success_coverage = number(success_coverage, "success_coverage", low=0, high=1, low_open=True)
@@ -151,6 +158,9 @@ class PushT(Task):
         self.action_high = np.array([WORKSPACE, WORKSPACE])
         self._goal_poly = t_polygon(g)
         self._goal_centroid = to_world(g, CENTROID)
+
+    def edit_scene(self, spec: mujoco.MjSpec) -> None:
+        edit_pusher_scene(spec, self.contacts, self.pusher)
 
     def description(self) -> str:
         x, y, yaw = self.goal
@@ -289,16 +299,18 @@ class PushT(Task):
         return np.concatenate([qpos, qvel])
 
     def param_space(self) -> ParamSpace:
-        """Block friction (block and floor, so the combined coefficient is this value), block
-        mass (kg) and the block's translational damping (N s/m)."""
+        """Block friction (block and floor, so the combined coefficient is this value; and the
+        pusher-block contacts unless they are pairs of their own: then ``pusher_friction``
+        sets those), block mass (kg) and the block's translational damping (N s/m)."""
         m = self.model
         mass = float(m.body_mass[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "block")])
         return ParamSpace((
-            Param("block_friction", ("geom:bar/friction[0]", "geom:stem/friction[0]", "geom:floor/friction[0]"),
+            Param("block_friction", ("geom:bar/sliding", "geom:stem/sliding", "geom:floor/sliding"),
                   0.05, 1.5, 0.5, 0.25),
             Param("block_mass", ("body:block/mass",), 0.02, 1.0, mass, 0.1),
-            Param("block_damping", ("dof:block_x/damping", "dof:block_y/damping"), 0.0, 2.0, 0.05, 0.2),
-        ))
+            Param("block_damping", ("joint:block_x/damping", "joint:block_y/damping"), 0.0, 20.0, 0.05, 0.2),
+        ) + ((Param("pusher_friction", ("pair:pusher_bar/sliding", "pair:pusher_stem/sliding"), 0.0, 1.5, 0.5, 0.25),)
+             if self.contacts == "pairs" else ()))
 
 
 class ScriptedPushT(PointPusher):

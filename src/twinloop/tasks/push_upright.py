@@ -180,8 +180,8 @@ class PushUpright(ArmTask):
             Param("box_friction", ("geom:box/friction[0]", "geom:floor/friction[0]"), 0.05, 1.0, 0.25, 0.1),
             Param("finger_friction", ("geom:left_finger/friction[0]", "geom:right_finger/friction[0]"), 0.2, 2.0, 1.0, 0.3),
             Param("box_mass", ("body:box/mass",), 0.05, 2.0, 0.4, 0.15),
-            Param("box_com_x", ("body:box/ipos[0]",), -0.02, 0.02, 0.0, 0.005),
-            Param("box_com_z", ("body:box/ipos[2]",), -0.05, 0.03, -0.02, 0.01),
+            Param("box_com_x", ("body:box/com[0]",), -0.02, 0.02, 0.0, 0.005),
+            Param("box_com_z", ("body:box/com[2]",), -0.05, 0.03, -0.02, 0.01),
             Param("arm_stiffness", ("actuator:x/kp", "actuator:y/kp", "actuator:z/kp"), 150.0, 2000.0, 600.0, 150.0),
         ))
 

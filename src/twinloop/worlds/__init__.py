@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from twinloop.errors import TwinloopError
 from twinloop.worlds.base import SimWorld, World
+from twinloop.worlds.bullet import BulletWorld
+from twinloop.worlds.changing import ChangingWorld
 from twinloop.worlds.gym import GymWorld
 from twinloop.worlds.realtime import RealtimeWorld, TickRecord
 from twinloop.worlds.shifted import ShiftedWorld, shifted_params
@@ -41,9 +43,19 @@ def _remote(task, address: str = "", token: str | None = None, timeout: float = 
     return RemoteWorld(address, task=task, token=token, timeout=timeout)
 
 
+def _changing(task, change_at: int | None = 40, factors: dict | None = None, noise: int = 1, **_) -> World:
+    return ChangingWorld(task, change_at=change_at, factors=factors, noise=noise)
+
+
+def _bullet(task, noise: int = 1, **_) -> World:
+    return BulletWorld(task, noise=noise)
+
+
 WORLDS: dict[str, Callable[..., World]] = {
     "shifted": _shifted,
     "nominal": _nominal,
+    "changing": _changing,
+    "bullet": _bullet,  # needs the [bullet] extra (PyBullet)
     "gym": _gym,
     "gym:ENV_ID": _gym,
     "remote:ADDRESS": _remote,
@@ -73,5 +85,5 @@ def make_world(task, name: str, **options) -> World:
     return world
 
 
-__all__ = ["WORLDS", "GymWorld", "ModelWorld", "RealtimeWorld", "ShiftedWorld", "SimWorld", "TickRecord", "TwinWorld",
-           "World", "make_world", "resolve_world", "shifted_params"]
+__all__ = ["WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "ModelWorld", "RealtimeWorld", "ShiftedWorld",
+           "SimWorld", "TickRecord", "TwinWorld", "World", "make_world", "resolve_world", "shifted_params"]

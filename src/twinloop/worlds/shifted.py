@@ -53,7 +53,7 @@ def shifted_params(task: Task, severity: int, seed: int) -> np.ndarray:
     return np.clip(v, lo, hi)
 
 
-def _noise_scales(task: Task, severity: int) -> np.ndarray:
+def noise_scales(task: Task, severity: int) -> np.ndarray:
     """Per-entry noise std from the units of the task's observation entries."""
     # "1": dimensionless entries the robot knows exactly (e.g. an actuator activation it commands)
     scale = {"m": POS_NOISE, "rad": ANG_NOISE, "m/s": VEL_NOISE, "rad/s": VEL_NOISE, "1": (0.0,) * 4}
@@ -89,7 +89,7 @@ class ShiftedWorld(TwinWorld):
         self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)
         self.hidden_params = shifted_params(task, self.severity, self.seed)
         super().__init__(task, self.hidden_params, delay_steps=DELAY_STEPS[self.severity],
-                         obs_noise=_noise_scales(task, self.severity),
+                         obs_noise=noise_scales(task, self.severity),
                          engine=SEVERE_ENGINE if self.severity >= 3 else None, period=period)
 
     def describe(self) -> dict:

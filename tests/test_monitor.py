@@ -1,0 +1,109 @@
+"""The live gap monitor: quiet on a nominal world, fires when the physics changes, and the
+controller acts on its alarms as configured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from twinloop.calib import GapMonitor, MonitorConfig, record_trajectory
+from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.errors import TwinloopError
+from twinloop.plan import make_optimizer
+from twinloop.tasks import make_task
+from twinloop.twin import make_twin
+from twinloop.worlds import ChangingWorld
+
+TICKS = 60
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("block-push")
+
+
+@pytest.fixture(scope="module")
+def twin(task):
+    return make_twin("mujoco", task.model, task.param_space())
+
+
+@pytest.fixture(scope="module")
+def monitor(task, twin):
+    nominal = ChangingWorld(task, change_at=None)
+    eps = [record_trajectory(nominal, task.excitation(s), s, TICKS) for s in range(6)]
+    return GapMonitor.from_nominal(task, twin, eps, MonitorConfig())
+
+
+def _alarms(monitor, world, seed):
+    """Run the task's excitation in ``world`` with the monitor watching; its alarms."""
+    task = world.task
+    policy = task.excitation(seed)
+    monitor.reset()
+    obs = world.reset(seed)
+    for k in range(TICKS):
+        state = task.state_from_obs(obs)
+        monitor.observe(state)
+        action = policy(obs, k)
+        monitor.sent(state, action)
+        obs, _ = world.step(action)
+    return list(monitor.alarms)
+
+
+def test_monitor_stays_quiet_on_a_nominal_world(task, monitor):
+    world = ChangingWorld(task, change_at=None)
+    alarmed = [bool(_alarms(monitor, world, 100 + s)) for s in range(10)]
+    assert sum(alarmed) <= 1  # false-alarm rate: at most 1 of 10 unseen nominal episodes
+
+
+def test_monitor_fires_after_friction_doubles_mid_episode(task, monitor):
+    world = ChangingWorld(task, change_at=20, factors={"block_friction": 2.0})
+    runs = [_alarms(monitor, world, 100 + s) for s in range(10)]
+    assert sum(any(a.tick > 20 for a in run) for run in runs) >= 8
+    assert sum(a.tick <= 20 for run in runs for a in run) <= 1  # before the change: the false-alarm rate
+    assert "gap score" in runs[0][0].reason and "threshold" in runs[0][0].reason
+
+
+def test_widening_spreads_particles_around_their_mean(task, monitor):
+    space = task.param_space()
+    p = space.sample_prior(np.random.default_rng(0), 6) * 0.2 + space.nominal * 0.8
+    wide = monitor.widened(p, space)
+    np.testing.assert_allclose(wide.mean(axis=0), p.mean(axis=0), rtol=0.05)
+    assert (wide.std(axis=0) > 1.5 * p.std(axis=0)).all()
+    assert len(monitor.widened(None, space)) == monitor.config.particles
+
+
+def _controller(task, twin, monitor, action):
+    refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=12, horizon=0.5, seed=0))
+    m = GapMonitor(task, twin, monitor.error, monitor.threshold, MonitorConfig(action=action, refit_ticks=2))
+    return Controller(refiner, task.default_proposer(), monitor=m)
+
+
+@pytest.mark.parametrize("action", ["widen", "fallback", "refit"])
+def test_the_controller_acts_on_an_alarm_and_says_why(task, twin, monitor, action):
+    world = ChangingWorld(task, change_at=3, factors={"block_friction": 3.0, "block_mass": 3.0})
+    ctl = _controller(task, twin, monitor, action)
+    ctl.monitor.threshold = 1e-9  # every score alarms: the test is about the response
+    obs = world.reset(7)
+    ctl.reset(7)
+    reasons = []
+    for _ in range(ctl.monitor.config.window + 4):
+        obs, _ = world.step(ctl.act(obs))
+        reasons.append(ctl.last.alarm)
+        assert np.isfinite(ctl.last.gap) or len(reasons) < 2
+    assert any("gap score" in r for r in reasons)
+    if action == "widen":
+        assert ctl.refiner.params is not None and len(ctl.refiner.params) > 1
+    if action == "refit":  # the refit's estimate, landed a fixed number of ticks after the alarm
+        assert ctl.refiner.params is not None and not np.allclose(ctl.refiner.params[0], task.param_space().nominal)
+    if action == "fallback":
+        assert ctl.last.result is None and "base proposer" in ctl.last.alarm  # the proposer alone now
+    ctl.reset(8)
+    assert ctl.refiner.params is None and not ctl.monitor.alarms  # the episode's changes are undone
+    ctl.monitor.close()
+
+
+def test_a_fallback_monitor_without_a_proposer_is_refused(task, twin, monitor):
+    refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=8, horizon=0.3))
+    m = GapMonitor(task, twin, monitor.error, monitor.threshold, MonitorConfig(action="fallback"))
+    with pytest.raises(TwinloopError, match="fallback"):
+        Controller(refiner, None, monitor=m)
