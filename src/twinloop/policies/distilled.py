@@ -94,7 +94,7 @@ class PolicyConfig:
     weight_decay: float = 1e-4
     ema: float = 0.995
     flow_steps: int = 10
-    temperature: float = 1.0
+    temperature: float = 0.0
     relative: bool = True
     threads: int = 1
     seed: int = 0
