@@ -62,7 +62,7 @@ QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 LEROBOT_COLUMNS = {"obs": OBS, "action": ACTION, "timestamp": TIMESTAMP, "episode_index": EPISODE,
                    "task_index": TASK, "reward": REWARD, "success": SUCCESS}
 FIELDS = ("obs", "action", "timestamp", "episode_index", "task_index", "qpos", "qvel",
-          "world_qpos", "world_qvel", "cost", "reward", "success")
+          "world_qpos", "world_qvel", "cost", "reward", "success", "plan")
 
 
 def _parquet_files(source) -> list[Path]:
@@ -100,7 +100,8 @@ def load_lerobot(source, column_map: Mapping[str, str | None] | None = None, *,
         column_map: our field -> their column name, over :data:`LEROBOT_COLUMNS`'s defaults
             (``None`` removes a default). Fields: ``obs``, ``action`` (required), ``timestamp``,
             ``episode_index``, ``task_index``, ``qpos``, ``qvel``, ``world_qpos``,
-            ``world_qvel``, ``cost``, ``reward`` (cost = -reward), ``success``. A column you
+            ``world_qvel``, ``cost``, ``reward`` (cost = -reward), ``success``, ``plan`` (per-tick
+            action chunks, flattened: twinloop's ``refine.plan``). A column you
             map must exist; a default one is used only if present.
         fps: frames per second, used for timestamps when there is no timestamp column.
 
