@@ -290,3 +290,18 @@ def test_distill_command_runs_and_rejects_bad_input_clearly(torch, tmp_path):
     assert summary["rounds"][0]["min_k"] == 4  # K alone is the sweep
     bad = CliRunner().invoke(app, ["distill", "--k-sweep", "8,x", "--out", str(out)])
     assert bad.exit_code == 2 and "k-sweep" in bad.output
+
+
+def test_a_saved_policy_is_usable_from_an_evaluate_policy_spec(trained, task, tmp_path):
+    from twinloop.run.experiment import run_episodes
+    from twinloop.run.policy import PolicySpec, policy_controller
+    from twinloop.worlds import SimWorld
+
+    policy, _ = trained
+    path = policy.save(tmp_path / "p.pt")
+    controller = policy_controller(task, PolicySpec.parse(f"distilled+mppi@k=4,horizon=0.3,checkpoint={path}"))
+    assert isinstance(controller.proposer, DistilledPolicy)
+    obs = synthetic_demos(task, n=1, seed=2)[0].obs[0]
+    np.testing.assert_array_equal(controller.proposer.propose(obs), policy.propose(obs))
+    r = run_episodes(SimWorld(task), controller, [0], max_ticks=3, record=False)[0]
+    assert r.ticks == 3 and r.fallbacks == 0
