@@ -20,7 +20,7 @@ from twinloop.policies.distilled import (
     require_torch,
     training_arrays,
 )
-from twinloop.run.distill import DistillConfig, k_at, min_k, run_distill
+from twinloop.run.distill import DistillConfig, goals, k_at, min_k, run_distill
 from twinloop.tasks import make_task
 
 
@@ -227,6 +227,19 @@ def test_min_k_is_the_smallest_k_within_five_points_of_the_best():
 def test_k_at_is_the_smallest_k_reaching_the_level():
     assert k_at({4: 0.5, 8: 0.95, 16: 0.9}, 0.9) == 8
     assert k_at({4: 0.5}, 0.9) is None
+
+
+def test_goals_compare_the_k_each_controller_needs():
+    rounds = [{"base_success": b, "k_at_goal": k, "train_seconds": 10.0 * i}
+              for i, (b, k) in enumerate([(0.2, None), (0.4, 16), (0.65, 8)])]
+    baselines = {"refined": {"k_at_goal": None, "k_success": {"8": 0.5, "32": 0.8}},
+                 "scripted+refined": {"k_at_goal": 8, "k_success": {"8": 0.9, "32": 1.0}}}
+    g = goals({"rounds": rounds, "baselines": baselines}, 0.9)
+    assert g["base_rising"] and g["base_last"] == 0.65 and g["max_train_seconds"] == 20.0
+    assert g["k_at_goal"]["refined"]["at_half_k"]  # never reached by 32: needs more than 2 x 8
+    assert not g["k_at_goal"]["scripted+refined"]["at_half_k"] and g["k_at_goal"]["scripted+refined"]["ratio"] == 1.0
+    rounds[2]["base_success"] = 0.4
+    assert not goals({"rounds": rounds, "baselines": baselines}, 0.9)["base_rising"]
 
 
 def test_distill_config_rejects_bad_values():
