@@ -11,7 +11,7 @@ from twinloop.cli.common import OUT_HELP, console, guard, one_of, progress_ticks
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.plan import OPTIMIZERS
-from twinloop.run.distill import DistillConfig, run_distill
+from twinloop.run.distill import BASELINES, TEACHERS, DistillConfig, run_distill
 from twinloop.tasks import TASKS
 from twinloop.worlds import WORLDS
 
@@ -23,14 +23,23 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
         raise TwinloopError(f"{name} must be comma-separated integers, got {text!r}") from exc
 
 
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
 def rounds_table(summary: dict):
     t = Table(title=f"outer loop: {summary['task']} (success over {summary['episodes']} episodes)")
-    for col in ("round", "train episodes", "base alone", "base + refinement", "min K", "success by K"):
+    for col in ("round", "train episodes (twin+world)", "train s", "base alone", "base + refinement",
+                "min K", "K at goal", "success by K"):
         t.add_column(col, justify="right")
     for r in summary["rounds"]:
-        by_k = ", ".join(f"{k}: {100 * v:.0f}%" for k, v in r["k_success"].items())
-        t.add_row(str(r["round"]), str(r["train_episodes"]), f"{100 * r['base_success']:.0f}%",
-                  f"{100 * r['refined_success']:.0f}%", str(r["min_k"]), by_k)
+        by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in r["k_success"].items())
+        eps = r["train_episodes"]
+        t.add_row(str(r["round"]), f"{eps['twin']}+{eps['world']}", f"{r['train_seconds']:.0f}",
+                  _pct(r["base_success"]), _pct(r["refined_success"]), str(r["min_k"]), str(r["k_at_goal"]), by_k)
+    for name, b in summary["baselines"].items():
+        by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in b["k_success"].items())
+        t.add_row(name, "", "", "", "", str(b["min_k"]), str(b["k_at_goal"]), by_k)
     return t
 
 
@@ -42,30 +51,40 @@ def distill(
     task: str = typer.Option(d.task, help=one_of(TASKS)),
     world: str = typer.Option(d.world, help=one_of(WORLDS, "World to evaluate in:")),
     severity: int = typer.Option(d.severity, help="ShiftedWorld severity 0-3."),
-    collect: int = typer.Option(d.collect, help="Refined episodes collected in the twin for round 1."),
-    episodes: int = typer.Option(d.episodes, help="Evaluation episodes per controller."),
-    dagger_episodes: int = typer.Option(d.dagger_episodes, help="World episodes aggregated per round."),
     rounds: int = typer.Option(d.rounds, help="Train -> evaluate -> aggregate rounds."),
+    episodes: int = typer.Option(d.episodes, help="Evaluation episodes per controller (same seeds every round)."),
+    collect: int = typer.Option(d.collect, help="Teacher episodes in calibrated twin-worlds before round 1."),
+    twin_dagger: int = typer.Option(d.twin_dagger, help="Twin episodes per round: the policy drives, the teacher labels."),
+    dagger_episodes: int = typer.Option(d.dagger_episodes, help="World episodes of policy + refinement per round."),
+    teacher: str = typer.Option(d.teacher, help=one_of(TEACHERS, "Who labels twin states:")),
     num_samples: int = typer.Option(d.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
-    k_sweep: str = typer.Option(",".join(map(str, d.k_sweep)), help="Ks to find the smallest sufficient K ('' skips)."),
+    horizon: float = typer.Option(d.refiner.horizon, help="Planning horizon (s)."),
+    twin_timestep: float = typer.Option(d.twin_timestep, help="The refiners' twin timestep (s; 0: the scene's)."),
+    k_sweep: str = typer.Option(",".join(map(str, d.k_sweep)), help="Ks at which the refined controllers are evaluated."),
+    baselines: str = typer.Option(",".join(d.baselines), help=one_of(BASELINES, "Refinement without the policy, comma-separated ('' none):")),
     optimizer: str = typer.Option(d.optimizer, help=one_of(OPTIMIZERS)),
     proposal_samples: int = typer.Option(d.proposal_samples, help="Policy samples offered to the optimizer per tick."),
-    baseline: bool = typer.Option(d.baseline, help="Also evaluate refinement without a base policy."),
-    epochs: int = typer.Option(d.policy.epochs, help="Training epochs per round."),
+    calib_episodes: int = typer.Option(d.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
+    calib_evals: int = typer.Option(d.calib.max_evals, help="Calibration budget (parameter vectors evaluated)."),
+    posterior: str = typer.Option("", help="A saved posterior.json to use instead of calibrating."),
+    steps: int = typer.Option(d.policy.steps, help="Training steps per round."),
+    width: int = typer.Option(d.policy.width, help="Width of the policy's residual blocks."),
+    depth: int = typer.Option(d.policy.depth, help="Residual blocks of the policy."),
     chunk: int = typer.Option(0, help="Action chunk length in ticks (0: the planning horizon)."),
-    hidden: str = typer.Option(",".join(map(str, d.policy.hidden)), help="Hidden layer widths."),
     max_ticks: int = typer.Option(0, help="Episode length in ticks (0: the task's)."),
     seed: int = typer.Option(d.seed),
     out: str = typer.Option(d.out, help=OUT_HELP),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
 ):
-    """Distill refined actions into a base policy; evaluate it alone and under refinement."""
-    cfg = DistillConfig(task=task, world=world, severity=severity, collect=collect, episodes=episodes,
-                        dagger_episodes=dagger_episodes, rounds=rounds,
-                        refiner=replace(d.refiner, num_samples=num_samples),
-                        k_sweep=_ints(k_sweep, "k-sweep"), optimizer=optimizer,
-                        proposal_samples=proposal_samples, baseline=baseline,
-                        policy=replace(d.policy, epochs=epochs, chunk=chunk or None, hidden=_ints(hidden, "hidden")),
+    """Distill refined actions into a flow-matching base policy; evaluate it alone and refined."""
+    cfg = DistillConfig(task=task, world=world, severity=severity, rounds=rounds, episodes=episodes, collect=collect,
+                        twin_dagger=twin_dagger, dagger_episodes=dagger_episodes, teacher=teacher,
+                        refiner=replace(d.refiner, num_samples=num_samples, horizon=horizon),
+                        twin_timestep=twin_timestep or None, k_sweep=_ints(k_sweep, "k-sweep"),
+                        baselines=tuple(b for b in baselines.replace(" ", "").split(",") if b),
+                        optimizer=optimizer, proposal_samples=proposal_samples, calib_episodes=calib_episodes,
+                        calib=replace(d.calib, max_evals=calib_evals), posterior=posterior or None,
+                        policy=replace(d.policy, steps=steps, width=width, depth=depth, chunk=chunk or None),
                         max_ticks=max_ticks or None, seed=seed, out=out)
     console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")

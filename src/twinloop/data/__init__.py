@@ -2,6 +2,7 @@
 
 from twinloop.data.dataset import Dataset, DatasetCheck, check
 from twinloop.data.episodes import Episode, EpisodeRecorder
-from twinloop.data.lerobot import LEROBOT_COLUMNS, load_lerobot
+from twinloop.data.lerobot import LEROBOT_COLUMNS, export_lerobot, load_lerobot
 
-__all__ = ["LEROBOT_COLUMNS", "Dataset", "DatasetCheck", "Episode", "EpisodeRecorder", "check", "load_lerobot"]
+__all__ = ["LEROBOT_COLUMNS", "Dataset", "DatasetCheck", "Episode", "EpisodeRecorder", "check", "export_lerobot",
+           "load_lerobot"]

@@ -491,17 +491,21 @@ class Dataset:
                                 "(a byte changed after it was written: corrupted or edited)")
         return table
 
-    def read(self, episode_index: int, verify: bool = True) -> Episode:
-        """The episode with this index, verified against its checksum and row count unless
-        ``verify`` is False (the row count and episode index are always checked)."""
+    def table(self, episode_index: int, verify: bool = True) -> pa.Table:
+        """The episode's Parquet table as stored, checked as :meth:`read` checks it."""
         if isinstance(episode_index, bool) or not isinstance(episode_index, (int, np.integer)):
             raise TwinloopError(f"episode_index must be an integer, got {episode_index!r}")
         episode_index = int(episode_index)
         if episode_index not in self._episodes:
             raise TwinloopError(f"no episode {episode_index} in {self.root} (has {len(self)}: {self.indices[:10]}...)")
-        table = self._table(episode_index, verify)
-        return _episode_from_table(table, TWINLOOP_COLUMNS, str(self.path(episode_index)),
-                                   episode_index=episode_index, refine=True)
+        return self._table(episode_index, verify)
+
+    def read(self, episode_index: int, verify: bool = True) -> Episode:
+        """The episode with this index, verified against its checksum and row count unless
+        ``verify`` is False (the row count and episode index are always checked)."""
+        table = self.table(episode_index, verify)
+        return _episode_from_table(table, TWINLOOP_COLUMNS, str(self.path(int(episode_index))),
+                                   episode_index=int(episode_index), refine=True)
 
     def episodes(self) -> list[Episode]:
         """All episodes, by ascending index."""

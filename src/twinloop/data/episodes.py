@@ -24,6 +24,9 @@ refine.*            see below      cost, prior_cost, seconds (float64), iteratio
 refine.optimizer_info  string      JSON object: what the optimizer reported that tick
                                    (e.g. a language model's calls, tokens, seconds, and
                                    why its plans were not used); ``{}`` when nothing
+refine.plan         list<float64>  the refined plan's per-tick actions ``(H, nu)``,
+                                   flattened: the chunk a distilled policy imitates
+                                   (absent if not recorded)
 ==================  =============  =====================================================
 
 Optional vector columns that were never given are left out rather than stored as nulls:
@@ -53,12 +56,13 @@ TWIN_QPOS, TWIN_QVEL, WORLD_QPOS, WORLD_QVEL = "twin.qpos", "twin.qvel", "world.
 REFINE_FIELDS: dict[str, type] = {"cost": float, "prior_cost": float, "iterations": int,
                                   "seconds": float, "fallback": bool, "n_unstable": int}
 OPTIMIZER_INFO = "refine.optimizer_info"  # TickInfo.optimizer_info as JSON text
+PLAN = "refine.plan"  # the tick's refined plan, (H, nu) actions flattened
 REQUIRED = (OBS, ACTION, TIMESTAMP, FRAME, EPISODE, INDEX, TASK, REWARD, DONE, SUCCESS, COST)
 
 #: our fields -> column names in a twinloop dataset
 TWINLOOP_COLUMNS = {"obs": OBS, "action": ACTION, "timestamp": TIMESTAMP, "episode_index": EPISODE,
                     "task_index": TASK, "qpos": TWIN_QPOS, "qvel": TWIN_QVEL, "world_qpos": WORLD_QPOS,
-                    "world_qvel": WORLD_QVEL, "cost": COST, "success": SUCCESS}
+                    "world_qvel": WORLD_QVEL, "cost": COST, "success": SUCCESS, "plan": PLAN}
 def _dumps(obj, what: str, indent: int | None = None) -> str:
     try:
         return json.dumps(obj, indent=indent, default=json_default, allow_nan=False)
@@ -110,7 +114,7 @@ class EpisodeRecorder:
         return len(self._t)
 
     def add(self, timestamp: float, obs, action, *, twin_state=None, world_qpos=None,
-            world_qvel=None, cost: float = math.nan, tick=None) -> None:
+            world_qvel=None, cost: float = math.nan, tick=None, plan=None) -> None:
         """Record one control tick.
 
         Args:
@@ -122,6 +126,8 @@ class EpisodeRecorder:
             world_qpos, world_qvel: the world's hidden true state, when it has one.
             cost: the task's cost of this frame (``nan`` or ``None`` if unknown).
             tick: the controller's :class:`~twinloop.control.TickInfo` (or ``None``).
+            plan: ``(H, nu)`` per-tick actions of the refined plan (the label a distilled
+                policy imitates); give it every frame or never.
         """
         if self._success is not None:
             raise TwinloopError(f"episode {self.episode_index} is finished; start a new EpisodeRecorder")
@@ -130,10 +136,12 @@ class EpisodeRecorder:
         if frame and not t > self._t[-1]:
             raise TwinloopError(f"timestamps must increase: {t:g} s at frame {frame} follows {self._t[-1]:g} s")
         qpos, qvel = self._split_state(twin_state, frame)
+        if plan is not None:
+            plan = as_array(plan, f"plan at frame {frame}", (None, None), finite=False).ravel()
         values = {OBS: obs, ACTION: action, TWIN_QPOS: qpos, TWIN_QVEL: qvel,
-                  WORLD_QPOS: world_qpos, WORLD_QVEL: world_qvel}
+                  WORLD_QPOS: world_qpos, WORLD_QVEL: world_qvel, PLAN: plan}
         names = {OBS: "obs", ACTION: "action", TWIN_QPOS: "twin_state", TWIN_QVEL: "twin_state",
-                 WORLD_QPOS: "world_qpos", WORLD_QVEL: "world_qvel"}
+                 WORLD_QPOS: "world_qpos", WORLD_QVEL: "world_qvel", PLAN: "plan"}
         checked = {}
         for col, v in values.items():  # check everything before storing anything
             name = names[col]
@@ -227,7 +235,7 @@ class EpisodeRecorder:
             SUCCESS: pa.array(success),
             COST: pa.array(cost),
         }
-        for col in (TWIN_QPOS, TWIN_QVEL, WORLD_QPOS, WORLD_QVEL):
+        for col in (TWIN_QPOS, TWIN_QVEL, WORLD_QPOS, WORLD_QVEL, PLAN):
             if col in self._vec:
                 cols[col] = _list_array(np.stack(self._vec[col]))
         for k, typ in REFINE_FIELDS.items():
@@ -263,6 +271,7 @@ class Episode:
         refine: ``refine.*`` columns by name (``(T,)`` arrays; ``optimizer_info`` is a list of
             T dicts; empty for foreign data).
         task_index: index of the task.
+        plans: ``(T, H, nu)`` refined plans (``refine.plan``), or ``None``.
     """
 
     episode_index: int
@@ -277,6 +286,7 @@ class Episode:
     success: bool | None = None
     refine: dict[str, np.ndarray | list[dict]] = field(default_factory=dict)
     task_index: int = 0
+    plans: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.timestamps)
@@ -352,7 +362,14 @@ def _episode_from_table(table: pa.Table, cols: Mapping[str, str], where: str, *,
                 ref["optimizer_info"] = [json.loads(t) for t in table.column(OPTIMIZER_INFO).to_pylist()]
             except (TypeError, json.JSONDecodeError) as exc:
                 raise TwinloopError(f"{where}: column {OPTIMIZER_INFO!r} does not hold JSON text ({exc})") from exc
-    return Episode(episode_index=episode_index, obs=vec("obs"), actions=vec("action"), timestamps=t,
+    actions, plans = vec("action"), vec("plan")
+    if plans is not None:  # (T, H * nu) -> (T, H, nu)
+        nu = actions.shape[1]
+        if plans.shape[1] % max(nu, 1):
+            raise TwinloopError(f"{where}: column {cols['plan']!r} holds {plans.shape[1]} values per row, "
+                                f"not a multiple of the {nu} actions")
+        plans = plans.reshape(len(plans), -1, nu)
+    return Episode(episode_index=episode_index, obs=vec("obs"), actions=actions, timestamps=t,
                    qpos=vec("qpos"), qvel=vec("qvel"), world_qpos=vec("world_qpos"),
                    world_qvel=vec("world_qvel"), costs=costs, success=success, refine=ref,
-                   task_index=task)
+                   task_index=task, plans=plans)

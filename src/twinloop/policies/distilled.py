@@ -1,22 +1,28 @@
-"""Distilled base policies: behaviour cloning of refined actions into a fast proposer.
+"""Distilled base policies: a flow-matching policy over action chunks, trained on refined actions.
 
-The policy maps an observation (and the task goal, when the task has one) to an action chunk
-of ``H`` control ticks. It is trained on episodes of a refined controller, so at run time it
-proposes in one forward pass what refinement found with hundreds of rollouts, and refinement
-starts from that proposal instead of from scratch::
+The policy maps a short history of observations (and the task goal) to an action chunk of
+``H`` control ticks. It is trained on what a refined controller chose, so at run time it
+proposes in a few forward passes what refinement found with hundreds of rollouts, and
+refinement starts from that proposal instead of from scratch. A generative model (not a
+regression to the mean) so that two ways of pushing a block (around its left or its right)
+stay two modes instead of being averaged into a push through its middle::
 
-    x     = [obs, sin/cos(yaw-like obs), goal]                  features, normalized
-    y     = actions[t : t+H] - hold_action(state_t)              chunk relative to the pusher
-    f(x) ~ (y - mu_y) / sigma_y                                  MLP, mean squared error
+    c      = [features(obs_{t-n+1}), ..., features(obs_t), goal]     normalized context
+    y      = (chunk_t - hold_action(state_t) - mu_y) / sigma_y        (H*nu,) normalized target
+    x_s    = (1 - s) x0 + s y,   x0 ~ N(0, I),   s ~ U(0, 1)           the straight path
+    loss   = | v(x_s, s, c) - (y - x0) |^2                            flow matching (rectified flow)
 
-``propose`` returns ``hold + mu_y + sigma_y * f(x)``, clipped to the action bounds.
-``sample`` adds Gaussian noise with the covariance of the training residuals (full over the
-chunk, so samples stay smooth in time) drawn from the caller's NumPy generator: seeded and
-free of torch's global random state.
+Sampling integrates ``dx/ds = v(x, s, c)`` from ``x0`` at ``s = 0`` to ``s = 1`` with
+``flow_steps`` Euler steps; the chunk is ``hold + mu_y + sigma_y * x(1)``, clipped to the
+action bounds. ``v`` is a residual MLP whose blocks are modulated (FiLM) by the context and
+the flow time (about 1-5 M parameters: it trains on two CPU cores).
 
-(A flow-matching head was tried and left out: on push-t with 40 refined episodes it made the
-base policy worse alone (mean final error 0.25 m vs 0.17 m) and no better under refinement,
-at 1.5x the compute per tick.)
+Randomness: :meth:`DistilledPolicy.sample` draws ``x0`` from the caller's NumPy generator;
+:meth:`DistilledPolicy.propose` flows from one noise vector drawn per episode by
+``reset(seed)`` (times ``temperature``; 0 gives the deterministic flow from ``x0 = 0``), so a
+proposal does not hop between modes from one tick to the next. Neither touches torch's
+global random state. The policy keeps the last ``n_obs_steps - 1`` observations of the episode
+(padded with the first one), as LeRobot's policies do.
 
 torch is the optional ``[learn]`` extra; this module imports without it and raises a
 :class:`~twinloop.errors.TwinloopError` naming the extra when a policy is built or loaded.
@@ -24,6 +30,7 @@ torch is the optional ``[learn]`` extra; this module imports without it and rais
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -33,11 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.io import atomic_write
 from twinloop.tasks.base import Task
 
-FORMAT_VERSION = 1
+#: 1: the MLP regression policy of twinloop <= 0.1 (no longer read); 2: flow matching
+FORMAT_VERSION = 2
+KIND = "twinloop.flow_chunk_policy"
 LEARN_HINT = "pip install 'twinloop[learn]'"
 
 
@@ -52,65 +61,79 @@ def require_torch():
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Architecture and training knobs of a distilled policy.
+    """Architecture and training knobs of a distilled (flow-matching) policy.
 
     Attributes:
         chunk: H, control ticks per predicted action chunk; ``None`` = the task's planning
             horizon (``task.horizon / task.control_period``).
-        hidden: widths of the MLP's hidden layers.
-        epochs: passes over the training set.
+        n_obs_steps: observations the policy sees (the current one and the ones before it).
+        width: width of the velocity network's residual blocks.
+        depth: number of residual blocks.
+        steps: gradient steps of training (the data size does not change the compute).
         batch_size: samples per gradient step.
-        lr: Adam learning rate (cosine-decayed to 5% over training).
+        lr: AdamW learning rate (cosine-decayed to 5% over training).
         weight_decay: AdamW weight decay.
+        ema: decay of the exponential moving average of the weights that the policy uses.
+        flow_steps: Euler steps of sampling.
+        temperature: scale of the noise ``propose`` flows from (0: deterministic).
         relative: predict the chunk relative to ``task.hold_action(state)`` (the pusher's own
             position for push tasks), which makes the targets small and translation-invariant.
-        noise_scale: ``sample`` draws residual noise scaled by this (1 = the training spread).
-        seed: seed of initialization and batch order.
+        threads: torch threads while training (inference always uses one). More than one
+            pays only on an otherwise idle machine: on a busy 2-core one thread sync made a
+            step 10x slower.
+        seed: seed of initialization, batch order and training noise.
     """
 
     chunk: int | None = None
-    hidden: tuple[int, ...] = (256, 256)
-    epochs: int = 150
+    n_obs_steps: int = 2
+    width: int = 256
+    depth: int = 4
+    steps: int = 4000
     batch_size: int = 256
     lr: float = 1e-3
     weight_decay: float = 1e-4
+    ema: float = 0.995
+    flow_steps: int = 10
+    temperature: float = 0.0
     relative: bool = True
-    noise_scale: float = 1.0
+    threads: int = 1
     seed: int = 0
 
     def __post_init__(self):
-        if self.chunk is not None and self.chunk < 1:
-            raise TwinloopError(f"chunk must be >= 1 control tick or None, got {self.chunk}")
-        if not self.hidden or any(int(h) < 1 for h in self.hidden):
-            raise TwinloopError(f"hidden must list positive layer widths, got {self.hidden}")
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.epochs < 1 or self.batch_size < 1:
-            raise TwinloopError(f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}")
-        if not self.lr > 0 or self.weight_decay < 0 or self.noise_scale < 0:
-            raise TwinloopError(
-                f"need lr > 0, weight_decay >= 0, noise_scale >= 0, got {self.lr}, {self.weight_decay}, {self.noise_scale}"
-            )
+        if self.chunk is not None:
+            object.__setattr__(self, "chunk", number(self.chunk, "chunk (ticks)", low=1, integer=True))
+        for name in ("n_obs_steps", "width", "depth", "steps", "batch_size", "flow_steps", "threads"):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
+        object.__setattr__(self, "seed", number(self.seed, "seed", low=0, integer=True))
+        object.__setattr__(self, "lr", number(self.lr, "lr", low=0, low_open=True))
+        object.__setattr__(self, "weight_decay", number(self.weight_decay, "weight_decay", low=0))
+        object.__setattr__(self, "ema", number(self.ema, "ema", low=0, high=1, high_open=True))
+        object.__setattr__(self, "temperature", number(self.temperature, "temperature", low=0))
 
 
 @dataclass
 class Demo:
-    """One demonstration episode: ``obs (T, n_obs)`` seen and ``actions (T, nu)`` taken.
+    """One demonstration episode: ``obs (T, n_obs)`` seen and ``actions (T, nu)`` taken, and
+    optionally ``plans (T, H', nu)``: the chunk to imitate at each tick (a refined plan);
+    without plans the chunk is the next H actions taken.
 
     Anything with ``.obs`` and ``.actions`` of these shapes (e.g. a recorded
-    :class:`twinloop.data.episodes.Episode`) works wherever a Demo is accepted.
+    :class:`twinloop.data.episodes.Episode`, whose ``plans`` come from ``refine.plan``)
+    works wherever a Demo is accepted.
     """
 
     obs: np.ndarray
     actions: np.ndarray
-    success: bool = False
+    plans: np.ndarray | None = None
 
 
 @dataclass
 class TrainLog:
-    """Loss per epoch (mean squared error of normalized chunks) and the sample count."""
+    """Loss per logged step (flow-matching MSE), samples kept, duplicates dropped, seconds."""
 
     losses: list[float] = field(default_factory=list)
     samples: int = 0
+    duplicates: int = 0
     seconds: float = 0.0
 
 
@@ -123,21 +146,26 @@ def _angle_columns(task: Task) -> list[int]:
 
 
 def features(task: Task, obs: np.ndarray) -> np.ndarray:
-    """``(..., n_obs)`` observations -> ``(..., F)`` policy inputs (obs, sin/cos of angles, goal)."""
+    """``(..., n_obs)`` observations -> ``(..., F)`` per-frame inputs (obs, sin/cos of angles)."""
     obs = np.asarray(obs, dtype=float)
     ang = obs[..., _angle_columns(task)]
+    return np.concatenate([obs, np.sin(ang), np.cos(ang)], axis=-1)
+
+
+def context(task: Task, history: np.ndarray) -> np.ndarray:
+    """``(..., n, n_obs)`` observation histories (oldest first) -> ``(..., n*F + G)`` policy
+    context: each frame's features, then the goal."""
+    f = features(task, history)
+    f = f.reshape(*f.shape[:-2], -1)
     g = task.goal_features()
-    goal = np.broadcast_to(g, (*obs.shape[:-1], len(g)))
-    return np.concatenate([obs, np.sin(ang), np.cos(ang), goal], axis=-1)
+    return np.concatenate([f, np.broadcast_to(g, (*f.shape[:-1], len(g)))], axis=-1)
 
 
-def _anchor(task: Task, obs: np.ndarray, relative: bool) -> np.ndarray:
-    """``(T, nu)`` what chunks are predicted relative to: ``task.hold_action`` of each state
-    (zeros when not relative)."""
-    obs = np.atleast_2d(obs)
-    if not relative:
-        return np.zeros((len(obs), task.nu))
-    return np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
+def histories(obs: np.ndarray, n: int) -> np.ndarray:
+    """``(T, n_obs)`` -> ``(T, n, n_obs)``: at each tick the last ``n`` observations, the
+    first one repeated before the episode's start."""
+    idx = np.maximum(np.arange(len(obs))[:, None] + np.arange(1 - n, 1)[None, :], 0)
+    return np.asarray(obs, dtype=float)[idx]
 
 
 def chunk_targets(actions: np.ndarray, horizon: int) -> np.ndarray:
@@ -149,17 +177,45 @@ def chunk_targets(actions: np.ndarray, horizon: int) -> np.ndarray:
     return pad[idx]
 
 
-def _demo_arrays(task: Task, demos: Sequence, horizon: int, relative: bool) -> tuple[np.ndarray, np.ndarray]:
+def fit_chunks(plans: np.ndarray, horizon: int) -> np.ndarray:
+    """``(T, H', nu)`` plans -> ``(T, H, nu)``: cut to H ticks, or the last action held."""
+    p = np.asarray(plans, dtype=float)
+    if p.shape[1] >= horizon:
+        return p[:, :horizon]
+    return np.concatenate([p, np.repeat(p[:, -1:], horizon - p.shape[1], axis=1)], axis=1)
+
+
+def _anchor(task: Task, obs: np.ndarray, relative: bool) -> np.ndarray:
+    """``(T, nu)`` what chunks are predicted relative to: ``task.hold_action`` of each state
+    (zeros when not relative)."""
+    obs = np.atleast_2d(obs)
+    if not relative:
+        return np.zeros((len(obs), task.nu))
+    return np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
+
+
+def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(N, C)`` contexts and ``(N, H*nu)`` relative chunks of ``demos``, duplicates dropped
+    (a state and label seen twice, e.g. a pusher at rest, would weigh twice); returns them
+    and the number of duplicates."""
     xs, ys = [], []
     n_obs = len(task.obs_names)
     for i, d in enumerate(demos):
         obs = as_array(getattr(d, "obs", None), f"demo {i} obs", (None, n_obs))
         act = as_array(getattr(d, "actions", None), f"demo {i} actions", (len(obs), task.nu))
-        xs.append(features(task, obs))
-        ys.append(chunk_targets(act, horizon) - _anchor(task, obs, relative)[:, None, :])
+        plans = getattr(d, "plans", None)
+        if plans is not None:
+            plans = as_array(plans, f"demo {i} plans", (len(obs), None, task.nu))
+        chunks = chunk_targets(act, horizon) if plans is None else fit_chunks(plans, horizon)
+        xs.append(context(task, histories(obs, cfg.n_obs_steps)))
+        ys.append((chunks - _anchor(task, obs, cfg.relative)[:, None, :]).reshape(len(obs), -1))
     if not xs:
         raise TwinloopError("no demonstrations to train on: need at least one episode")
-    return np.concatenate(xs), np.concatenate(ys)
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    # rounded to 1e-9 so that float noise does not hide a repeat
+    _, keep = np.unique(np.round(np.concatenate([x, y], axis=1), 9), axis=0, return_index=True)
+    keep.sort()
+    return x[keep], y[keep], len(x) - len(keep)
 
 
 def _std(x: np.ndarray) -> np.ndarray:
@@ -169,113 +225,167 @@ def _std(x: np.ndarray) -> np.ndarray:
 
 
 @contextmanager
-def _one_thread(torch):
-    """Run a small MLP on one thread: thread sync costs more than it saves at these sizes (25x
-    slower on a busy 2-core machine), and one thread makes results independent of the core count."""
+def _threads(torch, n: int):
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
 
 
-def _mlp(torch, n_x: int, n_y: int, cfg: PolicyConfig):
-    """``(B, F)`` normalized features -> ``(B, D)`` normalized chunks."""
-    layers, w = [], n_x
-    for h in cfg.hidden:
-        layers += [torch.nn.Linear(w, h), torch.nn.GELU()]
-        w = h
-    layers.append(torch.nn.Linear(w, n_y))
-    return torch.nn.Sequential(*layers)
+# -- the velocity network ------------------------------------------------------------------------
+
+
+def _velocity_net(torch, n_ctx: int, n_y: int, cfg: PolicyConfig):
+    """``v(x (B, D), s (B,), c (B, C)) -> (B, D)``: a residual MLP, FiLM-modulated by the
+    context and the flow time."""
+    nn = torch.nn
+    w = cfg.width
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(w, elementwise_affine=False)
+            self.film = nn.Linear(w, 2 * w)
+            self.mlp = nn.Sequential(nn.Linear(w, 2 * w), nn.SiLU(), nn.Linear(2 * w, w))
+
+        def forward(self, h, c):
+            scale, shift = self.film(c).chunk(2, dim=-1)
+            return h + self.mlp(self.norm(h) * (1 + scale) + shift)
+
+    class Velocity(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("freqs", torch.exp(torch.linspace(0.0, math.log(1000.0), w // 2)))
+            self.time = nn.Sequential(nn.Linear(2 * (w // 2), w), nn.SiLU(), nn.Linear(w, w))
+            self.ctx = nn.Sequential(nn.Linear(n_ctx, w), nn.SiLU(), nn.Linear(w, w))
+            self.inp = nn.Linear(n_y, w)
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg.depth))
+            self.out = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, n_y))
+            nn.init.zeros_(self.out[1].weight)  # start as the zero field: x0 flows nowhere
+            nn.init.zeros_(self.out[1].bias)
+
+        def forward(self, x, s, ctx):
+            arg = s[:, None] * self.freqs[None, :]
+            c = nn.functional.silu(self.time(torch.cat([arg.sin(), arg.cos()], dim=-1)) + self.ctx(ctx))
+            h = self.inp(x)
+            for b in self.blocks:
+                h = b(h, c)
+            return self.out(h)
+
+    return Velocity()
 
 
 # -- the policy ------------------------------------------------------------------------------
 
 
 class DistilledPolicy:
-    """An MLP chunk policy; a proposer for :class:`twinloop.control.Controller`.
+    """A flow-matching chunk policy; a proposer for :class:`twinloop.control.Controller`.
 
     Build one with :meth:`fit` or :meth:`load`.
     """
 
-    def __init__(self, task: Task, net, stats: dict[str, np.ndarray], config: PolicyConfig, horizon: int,
-                 noise_chol: np.ndarray):
+    def __init__(self, task: Task, net, stats: dict[str, np.ndarray], config: PolicyConfig, horizon: int):
         self.task, self.net, self.config, self.horizon = task, net, config, int(horizon)
         self.stats = {k: np.asarray(v, dtype=float) for k, v in stats.items()}
-        self.noise_chol = np.asarray(noise_chol, dtype=float)
         self.torch = require_torch()
         self.net.eval()
+        self.reset(None)
 
     @property
     def chunk_shape(self) -> tuple[int, int]:
         return (self.horizon, self.task.nu)
+
+    @property
+    def n_params(self) -> int:
+        return int(sum(p.numel() for p in self.net.parameters()))
 
     # -- training ----------------------------------------------------------------------------
 
     @classmethod
     def fit(cls, task: Task, demos: Sequence, config: PolicyConfig | None = None,
             progress: Callable[[int, float], None] | None = None) -> tuple[DistilledPolicy, TrainLog]:
-        """Behaviour-clone ``demos`` (objects with ``obs (T, n_obs)``, ``actions (T, nu)``).
+        """Train on ``demos`` (objects with ``obs (T, n_obs)``, ``actions (T, nu)`` and
+        optionally ``plans (T, H', nu)``, see :class:`Demo`).
 
-        Deterministic on CPU: the same demos, config and seed give the same weights.
+        Deterministic on one CPU thread: the same demos, config and seed give the same weights.
 
         Args:
-            progress: called after each epoch with ``(epoch, loss)``.
+            progress: called every 50 steps with ``(step, loss)``.
         """
         torch = require_torch()
         cfg = config or PolicyConfig()
         horizon = cfg.chunk or max(1, int(round(task.horizon / task.control_period)))
         t0 = time.perf_counter()
-        x, y = _demo_arrays(task, demos, horizon, cfg.relative)
-        y = y.reshape(len(y), -1)
+        x, y, dup = training_arrays(task, demos, cfg, horizon)
         stats = {"x_mean": x.mean(0), "x_std": _std(x), "y_mean": y.mean(0), "y_std": _std(y)}
         xn = torch.as_tensor((x - stats["x_mean"]) / stats["x_std"], dtype=torch.float32)
         yn = torch.as_tensor((y - stats["y_mean"]) / stats["y_std"], dtype=torch.float32)
-
-        with _one_thread(torch):
-            log = TrainLog(samples=len(xn))
-            net, resid = _train(torch, xn, yn, cfg, log, progress)
+        log = TrainLog(samples=len(xn), duplicates=dup)
+        with _threads(torch, cfg.threads):
+            net = _train(torch, xn, yn, cfg, log, progress)
         log.seconds = time.perf_counter() - t0
-        return cls(task, net, stats, cfg, horizon, _noise_factor(resid)), log
+        return cls(task, net, stats, cfg, horizon), log
 
-    def loss(self, demos: Sequence) -> float:
-        """Mean squared error of normalized chunks on ``demos`` (the training objective)."""
-        x, y = _demo_arrays(self.task, demos, self.horizon, self.config.relative)
-        pred = self._predict(x)
-        yn = (y.reshape(len(y), -1) - self.stats["y_mean"]) / self.stats["y_std"]
-        return float(np.mean((pred - yn) ** 2))
+    def loss(self, demos: Sequence, n_noise: int = 8, seed: int = 0) -> float:
+        """Flow-matching loss on ``demos`` (the training objective), averaged over ``n_noise``
+        seeded draws of noise and flow time per sample."""
+        torch = self.torch
+        x, y, _ = training_arrays(self.task, demos, self.config, self.horizon)
+        xn = torch.as_tensor((x - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
+        yn = torch.as_tensor((y - self.stats["y_mean"]) / self.stats["y_std"], dtype=torch.float32)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.inference_mode(), _threads(torch, 1):
+            return float(np.mean([_flow_loss(torch, self.net, xn, yn, gen).item() for _ in range(n_noise)]))
 
     # -- the proposer protocol ---------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> None:
-        """Nothing to reset: the policy is stateless and ``sample`` draws from the caller's rng."""
+        """Start an episode: forget the observation history; draw the episode's proposal noise
+        from ``seed``."""
+        rng = np.random.default_rng([0 if seed is None else seed, 23])
+        self._noise = self.config.temperature * rng.standard_normal(self.horizon * self.task.nu)
+        self._history: list[np.ndarray] = []
+        self._current: np.ndarray | None = None
 
     def propose(self, obs, state=None) -> np.ndarray:
-        """``(H, nu)`` action chunk (per control tick) for one observation."""
+        """``(H, nu)`` action chunk for ``obs``, the episode's next observation. Asked twice
+        with the same observation (a refiner and a recorder in one tick) it answers the same."""
         o = self.task.check_obs(obs)
-        return self._chunks(o, self._predict(features(self.task, o)[None]))[0]
+        if self._current is not None and not np.array_equal(o, self._current):
+            self._history = self._past(o)
+        self._current = o.copy()
+        return self._sample(o, self._noise[None])[0]
 
     def sample(self, obs, state, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``(n, H, nu)`` chunks: the proposal plus residual noise drawn from ``rng``."""
-        if n < 1:
-            raise TwinloopError(f"n must be >= 1 sample, got {n}")
+        """``(n, H, nu)`` chunks for ``obs`` (the observation of the last :meth:`propose`, or
+        the next one), flowed from noise drawn from ``rng``."""
+        n = number(n, "n (samples)", low=1, integer=True)
         o = self.task.check_obs(obs)
-        mean = self._predict(features(self.task, o)[None])
-        eps = self.config.noise_scale * rng.standard_normal((n, self.noise_chol.shape[0]))
-        return self._chunks(o, mean + eps @ self.noise_chol.T)
+        return self._sample(o, rng.standard_normal((n, self.horizon * self.task.nu)))
 
-    def _predict(self, x: np.ndarray) -> np.ndarray:
-        """``(B, F)`` features -> ``(B, H*nu)`` normalized chunks."""
+    def _window(self, o: np.ndarray) -> np.ndarray:
+        """``(n_obs_steps, n_obs)``: the history before ``o`` (first frame repeated), then ``o``."""
+        frames = [*self._past(o), o]
+        return np.stack([frames[0]] * (self.config.n_obs_steps - len(frames)) + frames)
+
+    def _past(self, o: np.ndarray) -> list[np.ndarray]:
+        """The last ``n_obs_steps - 1`` observations before ``o``."""
+        keep = self.config.n_obs_steps - 1
+        past = self._history if self._current is None or np.array_equal(o, self._current) else [*self._history, self._current]
+        return past[len(past) - keep:] if keep else []
+
+    def _sample(self, o: np.ndarray, x0: np.ndarray) -> np.ndarray:
+        """Flow ``(B, D)`` noise to ``(B, H, nu)`` chunks for observation ``o``."""
         torch = self.torch
-        xn = torch.as_tensor((x - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
-        with torch.inference_mode(), _one_thread(torch):
-            return self.net(xn).double().numpy()
-
-    def _chunks(self, obs: np.ndarray, yn: np.ndarray) -> np.ndarray:
-        """Normalized ``(B, H*nu)`` -> ``(B, H, nu)`` actions, re-anchored and clipped."""
+        c = context(self.task, self._window(o))
+        cn = torch.as_tensor((c - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
+        x = torch.as_tensor(x0, dtype=torch.float32)
+        with torch.inference_mode(), _threads(torch, 1):
+            yn = _integrate(torch, self.net, x, cn.expand(len(x), -1), self.config.flow_steps).double().numpy()
         y = (yn * self.stats["y_std"] + self.stats["y_mean"]).reshape(len(yn), *self.chunk_shape)
-        y = y + _anchor(self.task, obs, self.config.relative)[0]
+        y = y + _anchor(self.task, o, self.config.relative)[0]
         return np.clip(y, self.task.action_low, self.task.action_high)
 
     # -- persistence -------------------------------------------------------------------------
@@ -286,14 +396,16 @@ class DistilledPolicy:
 
         return {
             "format_version": FORMAT_VERSION,
-            "kind": "twinloop.distilled_mlp",
+            "kind": KIND,
             "task": self.task.name,
             "obs_names": list(self.task.obs_names),
             "obs_dim": len(self.task.obs_names),
             "action_dim": int(self.task.nu),
             "chunk": self.horizon,
+            "context_dim": int(len(self.stats["x_mean"])),
             "goal": self.task.goal_features().tolist(),
             "config": asdict(self.config),
+            "n_params": self.n_params,
             "torch_version": str(torch.__version__),
             "twinloop_version": getattr(twinloop, "__version__", "unknown"),
         }
@@ -306,7 +418,6 @@ class DistilledPolicy:
         blob = {
             "meta": self.metadata(),
             "stats": {k: torch.as_tensor(v) for k, v in self.stats.items()},
-            "noise_chol": torch.as_tensor(self.noise_chol),
             "state_dict": self.net.state_dict(),
         }
         with atomic_write(path) as tmp:
@@ -330,10 +441,11 @@ class DistilledPolicy:
             meta = blob["meta"]
         except Exception as exc:
             raise TwinloopError(f"{path} is not a readable twinloop policy: {type(exc).__name__}: {exc}") from exc
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise TwinloopError(
-                f"{path} has policy format version {meta.get('format_version')!r}; this twinloop reads version {FORMAT_VERSION}"
-            )
+        version = meta.get("format_version")
+        if version != FORMAT_VERSION:
+            hint = " (an MLP policy of an older twinloop: train it again with twinloop distill)" if version == 1 else ""
+            raise TwinloopError(f"{path} has policy format version {version!r}; this twinloop reads "
+                                f"version {FORMAT_VERSION}{hint}")
         if meta["task"] != task.name:
             raise TwinloopError(f"{path} was trained for task {meta['task']!r}, not {task.name!r}")
         if meta["action_dim"] != task.nu:
@@ -342,48 +454,71 @@ class DistilledPolicy:
             raise TwinloopError(
                 f"{path} reads {meta['obs_dim']}-dim observations but task {task.name!r} has {len(task.obs_names)}"
             )
-        cfg = PolicyConfig(**{**meta["config"], "hidden": tuple(meta["config"]["hidden"])})
+        cfg = PolicyConfig(**meta["config"])
+        n_ctx = context(task, np.zeros((cfg.n_obs_steps, len(task.obs_names)))).shape[-1]
+        if meta["context_dim"] != n_ctx:
+            raise TwinloopError(f"{path} expects {meta['context_dim']} context inputs; task {task.name!r} gives {n_ctx}")
         stats = {k: v.numpy() for k, v in blob["stats"].items()}
-        net = _mlp(torch, len(stats["x_mean"]), len(stats["y_mean"]), cfg)
-        if len(stats["x_mean"]) != features(task, np.zeros(len(task.obs_names))).shape[-1]:
-            raise TwinloopError(f"{path} expects {len(stats['x_mean'])} input features; task {task.name!r} gives another count")
-        net.load_state_dict(blob["state_dict"])
-        return cls(task, net, stats, cfg, meta["chunk"], blob["noise_chol"].numpy())
+        net = _velocity_net(torch, n_ctx, meta["chunk"] * task.nu, cfg)
+        try:
+            net.load_state_dict(blob["state_dict"])
+        except RuntimeError as exc:
+            raise TwinloopError(f"{path}: weights do not fit the network its config describes: {exc}") from exc
+        return cls(task, net, stats, cfg, meta["chunk"])
+
+
+# -- training and sampling ------------------------------------------------------------------------
+
+
+def _flow_loss(torch, net, ctx, y, gen):
+    """Rectified-flow loss of a batch: ``|v(x_s, s, c) - (y - x0)|^2``."""
+    x0 = torch.randn(y.shape, generator=gen)
+    s = torch.rand(len(y), generator=gen)
+    xs = (1 - s[:, None]) * x0 + s[:, None] * y
+    return torch.nn.functional.mse_loss(net(xs, s, ctx), y - x0)
+
+
+def _integrate(torch, net, x, ctx, n_steps: int):
+    """Euler integration of ``dx/ds = v(x, s, c)`` from ``s = 0`` to 1."""
+    ds = 1.0 / n_steps
+    for i in range(n_steps):
+        s = torch.full((len(x),), i * ds)
+        x = x + ds * net(x, s, ctx)
+    return x
 
 
 def _train(torch, xn, yn, cfg: PolicyConfig, log: TrainLog, progress):
-    """Minibatch AdamW on mean squared error; returns the net and its ``(B, D)`` residuals."""
+    """AdamW on the flow-matching loss; returns the EMA of the weights (in eval mode)."""
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    net = _mlp(torch, xn.shape[1], yn.shape[1], cfg)
+    net = _velocity_net(torch, xn.shape[1], yn.shape[1], cfg)
+    ema = _velocity_net(torch, xn.shape[1], yn.shape[1], cfg)
+    ema.load_state_dict(net.state_dict())
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = -(-len(xn) // cfg.batch_size)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.epochs * steps_per_epoch, eta_min=cfg.lr * 0.05)
+    warmup = min(200, cfg.steps // 10 + 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) * (
+        0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(k, cfg.steps) / cfg.steps))))
     net.train()
-    for epoch in range(cfg.epochs):
-        perm = torch.randperm(len(xn), generator=gen)
-        total = 0.0
-        for i in range(0, len(xn), cfg.batch_size):
-            idx = perm[i : i + cfg.batch_size]
-            loss = torch.nn.functional.mse_loss(net(xn[idx]), yn[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += loss.item() * len(idx)
-        log.losses.append(total / len(xn))
-        if progress is not None:
-            progress(epoch + 1, log.losses[-1])
-    net.eval()
-    with torch.no_grad():
-        resid = (yn - net(xn)).double().numpy()
-    return net, resid
-
-
-def _noise_factor(resid: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor of the ``(D, D)`` covariance of ``(B, D)`` residuals (jittered)."""
-    if len(resid) < 2:
-        return np.zeros((resid.shape[1], resid.shape[1]))
-    cov = np.cov(resid, rowvar=False).reshape(resid.shape[1], resid.shape[1])
-    jitter = 1e-6 * max(float(np.trace(cov)) / len(cov), 1e-12)
-    return np.linalg.cholesky(cov + jitter * np.eye(len(cov)))
+    perm, pos, total, count = torch.randperm(len(xn), generator=gen), 0, 0.0, 0
+    for step in range(1, cfg.steps + 1):
+        if pos + cfg.batch_size > len(xn) and pos > 0:
+            perm, pos = torch.randperm(len(xn), generator=gen), 0
+        idx = perm[pos : pos + cfg.batch_size]
+        pos += cfg.batch_size
+        loss = _flow_loss(torch, net, xn[idx], yn[idx], gen)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            for pe, p in zip(ema.parameters(), net.parameters()):
+                pe.lerp_(p, 1 - cfg.ema)
+        total, count = total + loss.item(), count + 1
+        if step % 50 == 0 or step == cfg.steps:
+            log.losses.append(total / count)
+            total, count = 0.0, 0
+            if progress is not None:
+                progress(step, log.losses[-1])
+    ema.eval()
+    return ema

@@ -139,16 +139,25 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
-    twin = make_twin(cfg.backend, task.model, task.param_space())
-    if cfg.twin_timestep is not None and cfg.twin_timestep > task.model.opt.timestep * (1 + 1e-9):
-        coarse = make_twin(cfg.backend, task.model, task.param_space(), timestep=cfg.twin_timestep)
-        if check_twin:
-            check_timestep(task, coarse, twin, horizon=cfg.refiner.horizon, seed=cfg.seed)
-        twin = coarse
+    twin = refiner_twin(task, cfg.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed, check_twin)
     options = {} if cfg.noise is None else {"noise": cfg.noise}
     refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, **options), cfg.refiner,
                       keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
+
+
+def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,
+                 seed: int = 0, check: bool = True):
+    """The twin a refiner plans in: ``backend`` at ``timestep`` (s) when that is coarser than the
+    scene's, checked once (``check``) to rank candidates as the scene's own step does over
+    ``horizon`` (:func:`~twinloop.control.check_timestep`)."""
+    twin = make_twin(backend, task.model, task.param_space())
+    if timestep is not None and timestep > task.model.opt.timestep * (1 + 1e-9):
+        coarse = make_twin(backend, task.model, task.param_space(), timestep=timestep)
+        if check:
+            check_timestep(task, coarse, twin, horizon=horizon, seed=seed)
+        twin = coarse
+    return twin
 
 
 def controller_in_world(cfg: RunConfig, name: str):

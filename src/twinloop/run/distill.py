@@ -1,20 +1,33 @@
 """The outer loop: distill refined actions into a base policy, refine around it, repeat.
 
-Round 1 trains on refined episodes collected in the nominal twin (the refined controller
-acting in ``SimWorld(task)``). Each round then::
+Before round 1 the twin is calibrated on excitation episodes recorded in the world (or a saved
+posterior is loaded), and a *teacher* (the task's scripted proposer refined at K, or refinement
+alone for a task without one) acts in twin-worlds built from the posterior's particles, with
+the estimated actuation delay and observation noise: training data that cost no robot time.
+Each round then::
 
-    policy_r   = fit(all demos so far)
-    evaluate   policy_r alone, and policy_r + refinement at K (and at each K of the sweep),
-               in the world, on the same evaluation seeds every round
-    aggregate  the refined controller's actions at the states policy_r + refinement visited
-               in the world (DAgger-style: new seeds, never the evaluation ones)
+    policy_r   = fit(every episode so far, read from the datasets on disk)
+    evaluate   policy_r alone, and policy_r + refinement at each K of the sweep, in the world,
+               on the same evaluation seeds every round (run_comparison's seeds)
+    aggregate  (before the next round)
+               twin:  policy_r alone drives in twin-worlds (posterior particles); the teacher
+                      labels every state it visits (DAgger: the learner's states, the
+                      teacher's actions)
+               world: policy_r + refinement acts in the world; its refined plans are labels
 
-so the refined actions taken in the world become training data for the next base policy.
-Per round it records the base policy's success, the refined success at K, and ``min_k``: the
-smallest K of the sweep whose refined success is within 5 points of the sweep's best.
+Every tick's label is the refined *plan* (``(H, nu)`` actions, column ``refine.plan``), not the
+actions that happened to follow (relabelling: under DAgger the learner's actions were sent).
+Episodes are written as Parquet through :class:`~twinloop.data.Dataset` (``data/twin`` and
+``data/world`` in ``cfg.out``) as they end and read back for training; repeated samples are
+dropped (:func:`~twinloop.policies.distilled.training_arrays`). Refinement alone (no base
+policy, and the scripted proposer refined) is swept over the same Ks once, in the same twin at
+the same horizon, for the comparison "the K refinement alone needs".
 
-Writes to ``cfg.out``: ``summary.json`` (shared schema + ``rounds``), ``policy_round<r>.pt``,
-``comparison.png`` and ``rounds.png`` (when the plotting module is present).
+Per round: base success, refined success at K, ``min_k`` (the smallest K of the sweep whose
+refined success is within 5 points of the sweep's best), ``k_at_goal`` (the smallest K reaching
+``goal_success``), training time. Writes to ``cfg.out``: ``summary.json`` (shared schema +
+``rounds``, ``baselines``, ``goals``), ``policy_round<r>.pt``, ``posterior.json``, ``data/``,
+``comparison.png`` and ``rounds.png``.
 """
 
 from __future__ import annotations
@@ -26,19 +39,26 @@ from pathlib import Path
 
 import numpy as np
 
+from twinloop.calib.fit import CalibConfig
 from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.data import Dataset, EpisodeRecorder
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
-from twinloop.policies.distilled import Demo, DistilledPolicy, PolicyConfig
-from twinloop.run.experiment import run_episodes, summarize
+from twinloop.policies.distilled import DistilledPolicy, PolicyConfig
+from twinloop.run.compare import refiner_twin
+from twinloop.run.evaluate import TwinEstimate, calibrated_twin, calibration_record
+from twinloop.run.experiment import EpisodeResult, run_episodes, summarize
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
-from twinloop.twin import make_twin
 from twinloop.viz.plots import plot_comparison, plot_rounds
-from twinloop.worlds import SimWorld, make_world
+from twinloop.worlds import make_world
+from twinloop.worlds.twin import TwinWorld
 
 WORLDS = ("shifted", "nominal")
+TEACHERS = ("scripted", "policy")
+#: refinement without a learned base policy, swept over K once: controller name -> proposer
+BASELINES = {"refined": "none", "scripted+refined": "scripted"}
 #: refined success within this of the sweep's best counts as "as good" for ``min_k``
 MIN_K_TOLERANCE = 0.05
 
@@ -50,39 +70,61 @@ class DistillConfig:
     """Every choice of a distill run (``twinloop distill`` mirrors these fields).
 
     Attributes:
-        task: ``push-t`` | ``block-push``.
-        world: world the policies are evaluated in: ``shifted`` | ``nominal``.
+        task: a registered task.
+        world: world the policies are evaluated in (and world data come from): ``shifted`` |
+            ``nominal``.
         severity: ShiftedWorld severity (0-3).
-        collect: refined episodes collected in the nominal twin to train round 1.
-        episodes: evaluation episodes per controller (same seeds every round).
-        dagger_episodes: episodes of policy + refinement in the world whose refined actions are
-            added to the training data after each round but the last.
+        refiner: the refiner's knobs; ``refiner.num_samples`` is K. The default is the demo's
+            (K=32, 0.5 s horizon).
+        twin_timestep: the refiners' twin timestep (s), as ``twinloop run``'s (10 ms).
+        optimizer: a registered optimizer.
+        proposal_samples: policy samples offered to the optimizer each tick (best-of-N).
+        calib: calibration of the twin-worlds the twin data come from.
+        calib_episodes: excitation episodes recorded in the world for it.
+        calib_ticks: their length (ticks).
+        posterior: a saved posterior (``posterior.json``) to use instead of calibrating.
+        teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
+            K; refinement alone for a task without one) | ``policy`` (the current policy
+            refined at K; round 1's data always come from the scripted teacher).
+        collect: teacher episodes in twin-worlds before round 1.
+        twin_dagger: episodes after each round but the last in which the policy alone drives in
+            twin-worlds and the teacher labels its states.
+        dagger_episodes: episodes after each round but the last of policy + refinement in the
+            world (robot time), its refined plans as labels.
+        episodes: evaluation episodes per controller (the same seeds every round).
         rounds: R, train/evaluate/aggregate rounds.
-        refiner: the refiner's knobs; ``refiner.num_samples`` is K, the candidates per refine
-            iteration.
-        k_sweep: Ks at which policy + refinement is also evaluated to find ``min_k`` (empty:
-            skip; K itself is always included).
-        optimizer: ``mppi`` | ``cem`` | ``predictive`` | ``best_of_n``.
-        proposal_samples: policy samples offered to the optimizer each tick (best-of-N uses them).
-        baseline: also evaluate refinement without a base policy (controller ``refined``).
-        policy: the distilled policy's architecture and training (its ``seed`` becomes ``seed``).
+        k_sweep: Ks at which policy + refinement (and the baselines) are evaluated (K itself
+            is always included).
+        baselines: refinement without the learned policy swept over the Ks once: ``refined``
+            (no proposer) and ``scripted+refined`` (the scripted proposer refined).
+        goal_success: the success level ``k_at_goal`` asks for.
+        policy: the distilled policy's architecture and training (``chunk=None``: the
+            refiner's horizon; its ``seed`` becomes ``seed``).
         max_ticks: episode length (default: the task's).
-        seed: seeds the world's hidden physics, the episodes and training.
+        seed: seeds the world's hidden physics, the episodes, calibration and training.
         out: output folder.
     """
 
     task: str = "push-t"
     world: str = "shifted"
     severity: int = 2
-    collect: int = 10
-    episodes: int = 10
-    dagger_episodes: int = 10
-    rounds: int = 1
-    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32))
-    k_sweep: tuple[int, ...] = (8, 16, 32)
+    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
+    twin_timestep: float | None = 0.01
     optimizer: str = "mppi"
     proposal_samples: int = 0
-    baseline: bool = True
+    calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=200, delay_steps=None))
+    calib_episodes: int = 10
+    calib_ticks: int = 60
+    posterior: str | None = None
+    teacher: str = "scripted"
+    collect: int = 40
+    twin_dagger: int = 40
+    dagger_episodes: int = 10
+    episodes: int = 20
+    rounds: int = 3
+    k_sweep: tuple[int, ...] = (4, 8, 16, 32)
+    baselines: tuple[str, ...] = tuple(BASELINES)
+    goal_success: float = 0.9
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     max_ticks: int | None = None
     seed: int = 0
@@ -91,24 +133,33 @@ class DistillConfig:
     def __post_init__(self):
         choose("world", self.world, WORLDS)
         choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
-        for name, low in (("collect", 1), ("episodes", 1), ("rounds", 1), ("dagger_episodes", 0),
-                          ("proposal_samples", 0), ("seed", 0)):
+        choose("teacher", self.teacher, TEACHERS)
+        object.__setattr__(self, "baselines", tuple(self.baselines))
+        for b in self.baselines:
+            choose("baseline", b, tuple(BASELINES))
+        for name, low in (("episodes", 1), ("rounds", 1), ("collect", 1), ("twin_dagger", 0), ("dagger_episodes", 0),
+                          ("proposal_samples", 0), ("calib_episodes", 1), ("calib_ticks", 2), ("seed", 0)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        object.__setattr__(self, "goal_success", number(self.goal_success, "goal_success", low=0, high=1))
         if self.max_ticks is not None:
             object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
-        object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
-        if self.episodes > 50_000 or self.collect > 10_000 or self.dagger_episodes > 1_000:
-            raise TwinloopError("episodes <= 50000, collect <= 10000 and dagger_episodes <= 1000 (seed ranges)")
-        if self.rounds > 1 and self.dagger_episodes < 1:
-            raise TwinloopError("rounds > 1 need dagger_episodes >= 1 (no new data otherwise)")
-        for name, kind in (("refiner", RefinerConfig), ("policy", PolicyConfig)):
+        if self.twin_timestep is not None:
+            object.__setattr__(self, "twin_timestep", number(self.twin_timestep, "twin_timestep (s)", low=0, low_open=True))
+        sweep = tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep)
+        if self.episodes > 50_000 or self.collect > 9_000 or self.twin_dagger > 9_000 or self.dagger_episodes > 1_000:
+            raise TwinloopError("episodes <= 50000, collect and twin_dagger <= 9000, dagger_episodes <= 1000 "
+                                "(seed ranges)")
+        if self.rounds > 1 and self.twin_dagger + self.dagger_episodes < 1:
+            raise TwinloopError("rounds > 1 need twin_dagger or dagger_episodes >= 1 (no new data otherwise)")
+        for name, kind in (("refiner", RefinerConfig), ("policy", PolicyConfig), ("calib", CalibConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        object.__setattr__(self, "k_sweep", tuple(sorted({int(k) for k in self.k_sweep})))
+        object.__setattr__(self, "k_sweep", tuple(sorted({*sweep, self.refiner.num_samples})))
 
-    def policy_config(self) -> PolicyConfig:
-        return replace(self.policy, seed=self.seed)
+    def policy_config(self, task) -> PolicyConfig:
+        ticks = max(1, int(round(self.refiner.horizon / task.control_period)))
+        return replace(self.policy, seed=self.seed, chunk=self.policy.chunk or ticks)
 
     # one seed range per purpose, so evaluation never sees a training episode's start
     def eval_seeds(self) -> list[int]:
@@ -120,38 +171,57 @@ class DistillConfig:
     def dagger_seeds(self, round_: int) -> list[int]:
         return [self.seed * 100_000 + 60_000 + 1_000 * round_ + i for i in range(self.dagger_episodes)]
 
+    def twin_dagger_seeds(self, round_: int) -> list[int]:
+        return [self.seed * 100_000 + 70_000 + 2_000 * round_ + i for i in range(self.twin_dagger)]
 
-class _Recording:
-    """A controller that also keeps what it saw and did: the behaviour-cloning labels."""
+    def calib_seeds(self) -> list[int]:
+        return [self.seed * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
 
-    def __init__(self, controller: Controller):
-        self.controller, self.task = controller, controller.task
-        self._obs: list[np.ndarray] = []
-        self._act: list[np.ndarray] = []
+
+class Labelled:
+    """A controller that records, each tick, the teacher's refined plan as the label.
+
+    The teacher (a refined :class:`~twinloop.control.Controller`) is asked at every tick; the
+    ``driver`` (e.g. the base policy alone), when given, is what acts (DAgger: the learner's
+    states, the teacher's labels); without one the teacher acts. The episode goes to
+    ``dataset`` when :meth:`finish` is called.
+    """
+
+    def __init__(self, teacher: Controller, driver: Controller | None, dataset: Dataset):
+        self.teacher, self.driver, self.dataset, self.task = teacher, driver, dataset, teacher.task
+        self._rec: EpisodeRecorder | None = None
 
     @property
     def last(self):
-        return self.controller.last
+        return self.teacher.last
 
     @property
     def n_fallbacks(self) -> int:
-        return self.controller.n_fallbacks
+        return self.teacher.n_fallbacks
 
     def reset(self, seed: int | None = None) -> None:
-        self._obs, self._act = [], []
-        self.controller.reset(seed)
+        self.teacher.reset(seed)
+        if self.driver is not None:
+            self.driver.reset(seed)
+        self._rec = EpisodeRecorder.for_task(self.task, len(self.dataset))
 
     def stop(self) -> None:
-        self.controller.stop()
+        self.teacher.stop()
 
     def act(self, obs, info: dict | None = None) -> np.ndarray:
-        a = self.controller.act(obs, info)
-        self._obs.append(np.array(obs, dtype=float))
-        self._act.append(np.array(a, dtype=float))
-        return a
+        label = self.teacher.act(obs, info)
+        tick = self.teacher.last
+        plan = tick.result.plan.actions() if tick.result is not None else label[None]
+        action = label if self.driver is None else self.driver.act(obs, info)
+        state = self.task.state_from_obs(obs)
+        self._rec.add(len(self._rec) * self.task.control_period, obs, action, twin_state=state,
+                      cost=tick.cost, tick=tick, plan=plan)
+        return action
 
-    def demo(self, success: bool) -> Demo:
-        return Demo(np.stack(self._obs), np.stack(self._act), bool(success))
+    def finish(self, result: EpisodeResult) -> None:
+        """End the episode and commit it to the dataset."""
+        self._rec.finish(result.success)
+        self.dataset.write(self._rec)
 
 
 def min_k(success: dict[int, float], tolerance: float = MIN_K_TOLERANCE) -> int | None:
@@ -162,75 +232,121 @@ def min_k(success: dict[int, float], tolerance: float = MIN_K_TOLERANCE) -> int 
     return min(k for k, s in success.items() if s >= best - tolerance - 1e-12)
 
 
-class DistillRun:
-    """State of one distill run: task, world, twin, data, and the episode runner."""
+def k_at(success: dict[int, float], level: float) -> int | None:
+    """Smallest K whose success rate reaches ``level`` (None if none does)."""
+    ks = [k for k, s in success.items() if s >= level - 1e-12]
+    return min(ks) if ks else None
 
-    def __init__(self, cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print):
-        self.cfg, self.progress, self.log = cfg, progress, log
+
+class DistillRun:
+    """State of one distill run: task, world, twin, twin-worlds, datasets, episode runner."""
+
+    def __init__(self, cfg: DistillConfig, out: Path, progress: Progress | None = None,
+                 log: Callable[[str], None] = print):
+        self.cfg, self.out, self.progress, self.log = cfg, out, progress, log
         self.task = make_task(cfg.task)
         self.world = make_world(self.task, cfg.world, severity=cfg.severity, seed=cfg.seed)
-        self.twin = make_twin("mujoco", self.task.model, self.task.param_space())
-        self.demos: list[Demo] = []
-        self.last_loss = float("nan")
+        self.twin = refiner_twin(self.task, "mujoco", cfg.twin_timestep, cfg.refiner.horizon, cfg.seed)
+        self.scripted = self.task.default_proposer()
+        self.estimate: TwinEstimate | None = None
+        info = {"fps": 1.0 / self.task.control_period, "task": self.task.name, "obs_names": list(self.task.obs_names),
+                "param_names": self.task.param_space().names, "seed": cfg.seed}
+        self.data = {side: Dataset.create(out / "data" / side, {**info, "source": side}) for side in ("twin", "world")}
 
-    def refiner(self, k: int) -> Refiner:
+    def calibrate(self) -> None:
+        cfg = self.cfg
+        self.estimate = calibrated_twin(self.task, self.world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks,
+                                        cfg.posterior, cfg.seed, self.log)
+        if self.estimate.posterior is not None:
+            write_json(self.out / "posterior.json", self.estimate.posterior.to_dict(), allow_nan=False)
+
+    def twin_world(self, i: int) -> TwinWorld:
+        """The i-th twin-world: the posterior's particle ``i mod P``, the estimated delay and noise."""
+        est = self.estimate
+        particles = est.posterior.particles if est.posterior is not None else est.params[None]
+        return TwinWorld(self.task, particles[i % len(particles)], delay_steps=est.delay_steps, obs_noise=est.obs_noise)
+
+    def controller(self, proposer, k: int, refine: bool = True) -> Controller:
         rcfg = replace(self.cfg.refiner, num_samples=k)
-        return Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer), rcfg)
+        refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer), rcfg)
+        n_prop = self.cfg.proposal_samples if proposer is not None else 0
+        return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop)
 
-    def controller(self, policy: DistilledPolicy | None, k: int, refine: bool = True) -> Controller:
-        n_prop = self.cfg.proposal_samples if policy is not None else 0
-        return Controller(self.refiner(k), policy, refine=refine, proposal_samples=n_prop)
+    def episodes(self, label: str, world, controller, seeds: Sequence[int]) -> list[EpisodeResult]:
+        """One episode per seed in ``world``; a :class:`Labelled` controller's go to its dataset."""
+        done: list[EpisodeResult] = []
 
-    def episodes(self, label: str, world, controller: Controller, seeds: Sequence[int], keep: bool = False):
-        """Run one episode per seed; ``keep`` adds each episode's (obs, action) to the demos."""
-        ctl = _Recording(controller) if keep else controller
-        done = []
-
-        def after(r):
-            if keep:
-                self.demos.append(ctl.demo(r.success))
+        def after(r: EpisodeResult) -> None:
+            if isinstance(controller, Labelled):
+                controller.finish(r)
             done.append(r)
             if self.progress is not None:
                 self.progress(label, len(done), len(seeds))
 
-        return run_episodes(world, ctl, seeds, max_ticks=self.cfg.max_ticks, record=False, progress=after)
+        return run_episodes(world, controller, seeds, max_ticks=self.cfg.max_ticks, record=False, progress=after)
 
-    def train(self, round_: int) -> DistilledPolicy:
+    def twin_episodes(self, label: str, make: Callable[[], Labelled], seeds: Sequence[int]) -> list[EpisodeResult]:
+        """One episode per seed, the i-th in twin-world i (a fresh controller each)."""
+        out = []
+        for i, s in enumerate(seeds):
+            out += self.episodes(label, self.twin_world(i), make(), [s])
+        return out
+
+    def teacher(self, policy: DistilledPolicy | None) -> Controller:
+        use_policy = self.cfg.teacher == "policy" and policy is not None
+        return self.controller(policy if use_policy else self.scripted, self.cfg.refiner.num_samples)
+
+    def train(self, round_: int) -> tuple[DistilledPolicy, dict]:
         label = f"train r{round_}"
+        pcfg = self.cfg.policy_config(self.task)
+        demos = [ds.read(i) for ds in self.data.values() for i in ds.indices]
         cb = None
         if self.progress is not None:
-            def cb(epoch, loss):
-                self.progress(label, epoch, self.cfg.policy.epochs)
-        policy, log = DistilledPolicy.fit(self.task, self.demos, self.cfg.policy_config(), progress=cb)
-        self.last_loss = log.losses[-1]
-        self.log(f"round {round_}: trained on {len(self.demos)} episodes ({log.samples} ticks), "
-                 f"loss {log.losses[0]:.3f} -> {log.losses[-1]:.3f} in {log.seconds:.0f} s")
-        return policy
+            def cb(step, loss):
+                self.progress(label, step, pcfg.steps)
+        policy, log = DistilledPolicy.fit(self.task, demos, pcfg, progress=cb)
+        rec = {"train_episodes": {side: len(ds) for side, ds in self.data.items()}, "train_samples": log.samples,
+               "train_duplicates": log.duplicates, "train_seconds": log.seconds, "train_loss": log.losses[-1],
+               "n_params": policy.n_params}
+        self.log(f"round {round_}: trained {policy.n_params / 1e6:.2f} M parameters on {len(demos)} episodes "
+                 f"({log.samples} samples, {log.duplicates} duplicates dropped), loss {log.losses[0]:.3f} -> "
+                 f"{log.losses[-1]:.3f} in {log.seconds:.0f} s")
+        return policy, rec
 
 
 def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print,
                 mode: str = "new") -> dict:
-    """Collect in the twin, then ``cfg.rounds`` of train -> evaluate -> aggregate; write outputs.
+    """Calibrate, collect in twin-worlds, then ``cfg.rounds`` of train -> evaluate -> aggregate.
 
-    ``progress(label, done, total)`` is called after each episode and epoch (progress bars).
+    ``progress(label, done, total)`` is called after each episode and every 50 training steps.
     ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an earlier
     run there (see :func:`twinloop.io.output_folder`).
     Returns the summary written to ``cfg.out/summary.json``.
     """
     t_start = time.perf_counter()
-    run = DistillRun(cfg, progress, log)
     out = output_folder(cfg.out, mode)  # before the first episode: a bad --out fails now
+    run = DistillRun(cfg, out, progress, log)
     task, world, K = run.task, run.world, cfg.refiner.num_samples
     eval_seeds = cfg.eval_seeds()
+    run.calibrate()
 
-    # round 1's data: the refined controller acting in the nominal twin
-    collected = run.episodes("collect", SimWorld(task), run.controller(None, K), cfg.collect_seeds(), keep=True)
-    log(f"collected {len(collected)} refined episodes in the twin: "
+    collected = run.twin_episodes("collect (twin)", lambda: Labelled(run.teacher(None), None, run.data["twin"]),
+                                  cfg.collect_seeds())
+    log(f"collected {len(collected)} teacher episodes in calibrated twin-worlds: "
         f"{sum(r.success for r in collected)}/{len(collected)} succeeded")
 
     results: dict[str, list] = {}
-    if cfg.baseline:
-        results["refined"] = run.episodes("refined", world, run.controller(None, K), eval_seeds)
+    baselines = {}
+    for name in cfg.baselines:
+        proposer = None if BASELINES[name] == "none" else run.scripted
+        if BASELINES[name] == "scripted" and proposer is None:
+            continue  # a task without a scripted proposer has no such baseline
+        sweep = {k: run.episodes(f"{name} K={k}", world, run.controller(proposer, k), eval_seeds) for k in cfg.k_sweep}
+        results[name] = sweep[K]
+        rates = {k: _rate(v) for k, v in sweep.items()}
+        baselines[name] = {"k_success": {str(k): v for k, v in rates.items()},
+                           "k_error": {str(k): _error(v) for k, v in sweep.items()},
+                           "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success)}
 
     summary = {
         "task": task.name,
@@ -238,43 +354,66 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
         "seed": cfg.seed,
         "episodes": cfg.episodes,
         "config": asdict(cfg),
+        "calibration": calibration_record(task, world, run.estimate),
         "collect": {"episodes": len(collected), "successes": int(sum(r.success for r in collected))},
+        "baselines": baselines,
         "rounds": [],
     }
+    n = len(eval_seeds)
     for r in range(1, cfg.rounds + 1):
-        policy = run.train(r)
+        policy, rec = run.train(r)
         policy.save(out / f"policy_round{r}.pt")
         results["distilled"] = run.episodes(f"base r{r}", world, run.controller(policy, K, refine=False), eval_seeds)
-        sweep, sweep_err = {}, {}
-        for k in sorted({*cfg.k_sweep, K}):
-            eps = run.episodes(f"K={k} r{r}", world, run.controller(policy, k), eval_seeds)
-            sweep[k], sweep_err[k] = _rate(eps), _error(eps)
-            if k == K:
-                results["distilled+refined"] = eps
-        base_rate = _rate(results["distilled"])
-        n = len(eval_seeds)
+        sweep = {k: run.episodes(f"K={k} r{r}", world, run.controller(policy, k), eval_seeds) for k in cfg.k_sweep}
+        results["distilled+refined"] = sweep[K]
+        rates = {k: _rate(v) for k, v in sweep.items()}
+        base = results["distilled"]
+        k_base = sum(e.success for e in base)
         summary["rounds"].append({
-            "round": r, "train_episodes": len(run.demos),
-            "train_ticks": int(sum(len(d.actions) for d in run.demos)),
-            "train_loss": run.last_loss,
-            "base_success": base_rate, "refined_success": sweep[K],
-            "base_ci": list(wilson(round(base_rate * n), n)), "refined_ci": list(wilson(round(sweep[K] * n), n)),
-            "min_k": min_k(sweep) if cfg.k_sweep else None,
-            # success saturates (at 0 or 1) on hard or easy tasks; the error still tells
-            "base_error": _error(results["distilled"]), "refined_error": sweep_err[K],
-            "k_success": {str(k): v for k, v in sweep.items()},
-            "k_error": {str(k): v for k, v in sweep_err.items()},
+            "round": r, **rec,
+            "base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base),
+            "refined_success": rates[K], "refined_ci": list(wilson(round(rates[K] * n), n)),
+            "refined_error": _error(sweep[K]),
+            "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success),
+            "k_success": {str(k): v for k, v in rates.items()},
+            "k_error": {str(k): _error(v) for k, v in sweep.items()},
         })
-        log(f"round {r}: base {100 * base_rate:.0f}%, refined (K={K}) {100 * sweep[K]:.0f}%, "
-            f"min K {summary['rounds'][-1]['min_k']}")
-        _write(summary, results, out, t_start)
+        log(f"round {r}: base {100 * k_base / n:.0f}%, refined (K={K}) {100 * rates[K]:.0f}%, "
+            f"min K {summary['rounds'][-1]['min_k']}, K at {100 * cfg.goal_success:.0f}%: "
+            f"{summary['rounds'][-1]['k_at_goal']}")
+        _write(summary, results, out, t_start, cfg)
         if r < cfg.rounds:
-            # DAgger: the refined controller's actions at the states base + refinement visits
-            run.episodes(f"dagger r{r}", world, run.controller(policy, K), cfg.dagger_seeds(r), keep=True)
+            run.twin_episodes(f"dagger r{r} (twin)", lambda p=policy: Labelled(
+                run.teacher(p), run.controller(p, K, refine=False), run.data["twin"]), cfg.twin_dagger_seeds(r))
+            if cfg.dagger_episodes:
+                run.episodes(f"dagger r{r} (world)", world, Labelled(run.controller(policy, K), None, run.data["world"]),
+                             cfg.dagger_seeds(r))
 
-    summary = _write(summary, results, out, t_start)
+    summary = _write(summary, results, out, t_start, cfg)
     _plots(summary, out)
     return summary
+
+
+def goals(summary: dict, goal_success: float) -> dict:
+    """The goals of the outer loop, checked: base success rising every round, the last round's
+    base success, the K at which distilled + refinement reaches ``goal_success`` against each
+    baseline's (``at_half_k``: at most half of it; a baseline that never reaches it counts as
+    needing more than the sweep's largest K), and the longest training."""
+    rounds = summary["rounds"]
+    base = [r["base_success"] for r in rounds]
+    k_d = rounds[-1]["k_at_goal"] if rounds else None
+    vs = {}
+    for name, b in summary["baselines"].items():
+        k_b = b["k_at_goal"]
+        k_max = max(int(k) for k in b["k_success"])
+        # a baseline that never reaches the level needs more than the sweep's largest K
+        half = k_d is not None and 2 * k_d <= (k_b if k_b is not None else k_max)
+        vs[name] = {"k_at_goal": k_b, "distilled_k_at_goal": k_d, "at_half_k": bool(half),
+                    "ratio": None if k_d is None or k_b is None else k_d / k_b}
+    return {"base_rising": bool(all(b > a for a, b in zip(base, base[1:]))) if len(base) > 1 else None,
+            "base_last": base[-1] if base else None,
+            "k_at_goal": vs,
+            "max_train_seconds": max((r["train_seconds"] for r in rounds), default=None)}
 
 
 def _rate(episodes) -> float:
@@ -285,11 +424,12 @@ def _error(episodes) -> float:
     return float(np.mean([e.final_error for e in episodes]))
 
 
-def _write(summary: dict, results: dict, out: Path, t_start: float) -> dict:
-    order = [n for n in ("distilled", "distilled+refined", "refined") if n in results]
+def _write(summary: dict, results: dict, out: Path, t_start: float, cfg: DistillConfig) -> dict:
+    order = [n for n in ("distilled", "distilled+refined", *BASELINES) if n in results]
     summary["results"] = [summarize(n, results[n]) for n in order]
     summary["per_episode"] = {n: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
                                    "ticks": e.ticks} for e in results[n]] for n in order}
+    summary["goals"] = goals(summary, cfg.goal_success)
     summary["wall_time_s"] = time.perf_counter() - t_start
     write_json(out / "summary.json", summary)
     return summary

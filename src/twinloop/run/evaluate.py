@@ -165,19 +165,27 @@ class TwinEstimate:
 def estimate_twin(cfg: EvaluateConfig, task, world, log: Callable[[str], None] = print) -> TwinEstimate:
     """Calibrate the twin to excitation episodes recorded in ``world`` (or load ``cfg.posterior``);
     estimate the observation noise from the same data."""
-    trajs = [record_trajectory(world, task.excitation(s), s, cfg.calib_ticks) for s in cfg.calib_seeds()]
-    if cfg.posterior:
+    return calibrated_twin(task, world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks, cfg.posterior, cfg.seed, log)
+
+
+def calibrated_twin(task, world, calib: CalibConfig, seeds, ticks: int, posterior: str | None = None,
+                    seed: int = 0, log: Callable[[str], None] = print) -> TwinEstimate:
+    """Record an excitation episode (``task.excitation``) of ``ticks`` ticks in ``world`` per seed,
+    fit the twin's parameters to them with ``calib`` (or load the saved ``posterior``) and
+    estimate the observation noise from the same data."""
+    trajs = [record_trajectory(world, task.excitation(s), s, ticks) for s in seeds]
+    if posterior:
         try:
-            post = Posterior.from_dict(read_json(cfg.posterior, "posterior"))
+            post = Posterior.from_dict(read_json(posterior, "posterior"))
         except (KeyError, TypeError, ValueError) as exc:
-            raise TwinloopError(f"posterior {cfg.posterior!r} is not a readable posterior.json: {exc}") from exc
+            raise TwinloopError(f"posterior {posterior!r} is not a readable posterior.json: {exc}") from exc
         if list(post.names) != task.param_space().names:
-            raise TwinloopError(f"{cfg.posterior} fits {post.names}, not {task.param_space().names}")
+            raise TwinloopError(f"{posterior} fits {post.names}, not {task.param_space().names}")
     else:
-        log(f"calibrating on {len(trajs)} excitation episodes ({cfg.calib.method}, {cfg.calib.max_evals} evaluations)")
-        post = calibrate(task, trajs, config=cfg.calib)
+        log(f"calibrating on {len(trajs)} excitation episodes ({calib.method}, {calib.max_evals} evaluations)")
+        post = calibrate(task, trajs, config=calib)
     delay = int(post.delay_steps or 0)
-    noise = estimate_obs_noise(task, trajs, post.estimate, delay_steps=delay, seed=cfg.seed)
+    noise = estimate_obs_noise(task, trajs, post.estimate, delay_steps=delay, seed=seed)
     return TwinEstimate(post.estimate, delay, noise, post)
 
 
@@ -309,7 +317,7 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         policies.append(row)
     evaluation = {"twin": base, **twins[base], "episodes": n, "policies": policies, "twins": twins}
     if est is not None:
-        evaluation["calibration"] = _calibration_record(task, world, est)
+        evaluation["calibration"] = calibration_record(task, world, est)
     summary = {
         "task": task.name,
         "world": world.describe(),
@@ -332,7 +340,8 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     return summary
 
 
-def _calibration_record(task, world, est: TwinEstimate) -> dict:
+def calibration_record(task, world, est: TwinEstimate) -> dict:
+    """The calibrated twin's values (and, for a stand-in world, the truth beside them)."""
     names, obs = task.param_space().names, list(task.obs_names)
     rec = {"estimate": dict(zip(names, map(float, est.params), strict=True)), "delay_steps": est.delay_steps,
            "obs_noise": dict(zip(obs, map(float, est.obs_noise), strict=True))}
@@ -369,5 +378,5 @@ def evaluation_table(summary: dict):
     return t
 
 
-__all__ = ["DEFAULT_POLICIES", "TWINS", "EvaluateConfig", "TwinEstimate", "estimate_twin", "evaluation_table",
+__all__ = ["DEFAULT_POLICIES", "TWINS", "EvaluateConfig", "TwinEstimate", "calibrated_twin", "estimate_twin", "evaluation_table",
            "policy_in_world", "ranking_metrics", "run_evaluation"]
