@@ -3,7 +3,8 @@
 A task's own scripted proposer comes from ``task.default_proposer()``; the point-pushing
 machinery the planar tasks share is :class:`PointPusher`. ``make_proposer(task, name,
 **options)`` builds a proposer by registry name (the CLI's ``--proposer`` choices come from
-:data:`PROPOSERS`); ``noise=`` wraps any of them in :class:`NoisyProposer`.
+:data:`PROPOSERS`); ``noise=`` wraps any of them in :class:`NoisyProposer`. ``open-loop`` is the
+task's script planned once against the nominal physics and replayed (:class:`OpenLoopProposer`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array, choose
+from twinloop.errors import TwinloopError, as_array, choose, number
 from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 
 
@@ -32,8 +34,13 @@ def _distilled(task, checkpoint: str | None = None):
     return DistilledPolicy.load(checkpoint, task)
 
 
+def _open_loop(task):
+    return OpenLoopProposer(task, _scripted(task))
+
+
 PROPOSERS: dict[str, Callable] = {
     "scripted": _scripted,
+    "open-loop": _open_loop,
     "distilled": _distilled,
     "none": lambda task: None,
 }
@@ -67,6 +74,62 @@ class NoisyProposer:
         return np.clip(noisy, self.task.action_low, self.task.action_high)
 
 
+class OpenLoopProposer:
+    """A plan made once and replayed: the brittle base an action chunk or a stale plan is.
+
+    At the first call after ``reset`` it rehearses ``proposer`` in the task's *nominal* model,
+    closed loop, from that call's state for ``ticks`` control ticks (default: the task's
+    ``max_ticks``), and keeps the actions it sent. Every call (one per control tick, as the
+    controller makes them) then returns the rest of that sequence, ``(ticks - i, nu)`` at tick
+    ``i`` (the last action once it runs out), whatever it observes: a script that is right in
+    the nominal world stays right only where the world behaves nominally.
+    """
+
+    def __init__(self, task, proposer, ticks: int | None = None):
+        if proposer is None:
+            raise TwinloopError("an open-loop plan needs a proposer to rehearse; proposer 'none' has none")
+        self.task, self.proposer = task, proposer
+        self.ticks = task.max_ticks if ticks is None else number(ticks, "ticks", low=1, integer=True)
+        n = task.control_period / task.model.opt.timestep
+        if abs(n - round(n)) > 1e-6 * n or round(n) < 1:
+            raise TwinloopError(f"the scene's timestep {task.model.opt.timestep:g} s does not divide the control "
+                                f"period {task.control_period:g} s")
+        self.substeps = int(round(n))
+        self.plan: np.ndarray | None = None
+        self.tick = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        self.plan, self.tick = None, 0
+        if callable(getattr(self.proposer, "reset", None)):
+            self.proposer.reset(seed)
+
+    def propose(self, obs, state) -> np.ndarray:
+        """The rest of the plan from this tick on, ``(H', nu)``."""
+        if self.plan is None:
+            self.plan = self.rehearse(obs, state)
+        i = min(self.tick, len(self.plan) - 1)
+        self.tick += 1
+        return self.plan[i:].copy()
+
+    def rehearse(self, obs, state) -> np.ndarray:
+        """``(ticks, nu)`` actions the proposer sends in the nominal model from ``state``
+        (``(nstate,)`` as ``[qpos, qvel, act]``), observing ``obs`` first."""
+        t = self.task
+        m = t.model
+        s = as_array(state, "state", (t.nstate,))
+        d = mujoco.MjData(m)
+        d.qpos[:], d.qvel[:], d.act[:] = s[: m.nq], s[m.nq : m.nq + m.nv], s[m.nq + m.nv :]
+        mujoco.mj_forward(m, d)
+        out = np.empty((self.ticks, m.nu))
+        for k in range(self.ticks):
+            chunk = as_array(self.proposer.propose(obs, s), "proposer action chunk")
+            out[k] = d.ctrl[:] = np.clip(chunk[0], t.action_low, t.action_high)
+            for _ in range(self.substeps):
+                mujoco.mj_step(m, d)
+            obs, s = t.obs_from_data(m, d), np.concatenate([d.qpos, d.qvel, d.act])
+        return out
+
+
 def make_proposer(task, name: str, noise: float = 0.0, **options):
     """The base proposer ``name`` for ``task`` (``None`` for ``none``); ``options`` go to its
     factory (``checkpoint=`` for ``distilled``); ``noise > 0`` wraps it in :class:`NoisyProposer`."""
@@ -80,4 +143,4 @@ def make_proposer(task, name: str, noise: float = 0.0, **options):
     return NoisyProposer(task, proposer, noise) if noise else proposer
 
 
-__all__ = ["PROPOSERS", "NoisyProposer", "PointPusher", "ScriptedConfig", "make_proposer", "pusher_excitation"]
+__all__ = ["PROPOSERS", "NoisyProposer", "OpenLoopProposer", "PointPusher", "ScriptedConfig", "make_proposer", "pusher_excitation"]
