@@ -8,7 +8,10 @@ Three tables (2 rollout threads, the machine's cores):
    bending keeps state outside ``[qpos, qvel, act]``);
 2. refine rate (refine calls per second, MPPI, 1 s horizon) at K = 16, 32, 64 for both tasks,
    from states along a scripted episode;
-3. reconstruction: every tick of scripted episodes in the shifted world (severity 2: 0.5 mm
+3. wall time of whole refined episodes (MPPI, K=64, 1 s horizon: the run command's settings) in the
+   shifted world (seed 0, severity 2), the first ``--episodes`` standard seeds of
+   ``run_comparison``, and their ticks (an episode stops at success);
+4. reconstruction: every tick of scripted episodes in the shifted world (severity 2: 0.5 mm
    position and 10 mm/s velocity noise on the keypoints), the estimate vs the truth: mean and
    max position error of every tracked point (cloth: all 25 vertices), RMS velocity error, and
    time per call, with the settle (10 steps) and with the interpolated guess alone.
@@ -25,8 +28,10 @@ import mujoco
 import numpy as np
 from mujoco import rollout as mj_rollout
 
-from twinloop.control import Refiner, RefinerConfig
+from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.plan import make_optimizer
+from twinloop.run.compare import RunConfig, build, episode_seeds
+from twinloop.run.experiment import run_episodes
 from twinloop.tasks import make_task
 from twinloop.tasks.cloth_fold import ClothFold
 from twinloop.twin import make_twin
@@ -164,7 +169,8 @@ def reconstruction(task, samples) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer episodes and repeats")
-    ap.add_argument("--sections", default="speed,refine,reconstruction", help="comma-separated sections to run")
+    ap.add_argument("--sections", default="speed,refine,episode,reconstruction", help="comma-separated sections to run")
+    ap.add_argument("--episodes", type=int, default=3, help="refined episodes timed per task (section episode)")
     args = ap.parse_args()
     n_ep = 2 if args.quick else 5
     sections = set(args.sections.split(","))
@@ -173,6 +179,8 @@ def main() -> None:
         speed(repeats=3 if args.quick else 7)
     if "refine" in sections:
         refine_rates()
+    if "episode" in sections:
+        episode_times(args.episodes)
     if "reconstruction" in sections:
         reconstructions(n_ep)
 
@@ -203,6 +211,21 @@ def refine_rates() -> None:
         for K in (16, 32, 64):
             rate = refine_rate(task, states, K)
             print(f"| {K} | {rate:.2f} | {1 / rate:.2f} |")
+
+
+def episode_times(n: int) -> None:
+    print(f"\n## wall time of refined episodes (MPPI, K=64, 1 s horizon, shifted world seed 0, first {n} standard seeds)")
+    print("| task | episode seed | success | ticks | wall (s) | s per tick |")
+    print("|---|---|---|---|---|---|")
+    for name in ("cloth-fold", "rope-shape"):
+        cfg = RunConfig(task=name, refiner=RefinerConfig(num_samples=64, horizon=1.0), episodes=n)
+        task, world, proposer, refiner = build(cfg)
+        controller = Controller(refiner, proposer)
+        for seed in episode_seeds(cfg):
+            t0 = time.perf_counter()
+            (r,) = run_episodes(world, controller, [seed], record=False)
+            wall = time.perf_counter() - t0
+            print(f"| {name} | {seed} | {r.success} | {r.ticks} | {wall:.1f} | {wall / r.ticks:.2f} |", flush=True)
 
 
 def reconstructions(n_ep: int) -> None:
