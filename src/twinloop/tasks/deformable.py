@@ -36,7 +36,7 @@ import mujoco
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array
-from twinloop.params import record_flex_materials
+from twinloop.modifiers import record_flex_materials
 from twinloop.tasks.base import Residual, Task, Traj
 from twinloop.tasks.keypoints import Keypoint, KeypointEstimator, add_keypoint_sites
 
