@@ -84,7 +84,7 @@ class ArmTask(Task):
     settle_time = 1.5
     control_period = 0.1
     camera = "view"
-    # A run's defaults for the arm: noise 0.05 is ~1 cm of tcp motion per knot (0.3 swings the
+    # A run's defaults for the arm: noise 0.05 moves knots by 5-10 mm (s.d.; 0.3 swings the
     # tool across the workspace), and predictive sampling keeps the best candidate where MPPI
     # averages candidates whose contacts went different ways. Measured in the shifted world, 20
     # episodes (benchmarks/RESULTS.md "Arm tasks"): peg-insert 18/20, MPPI 0/20 at the same
