@@ -7,7 +7,8 @@ same thread count):
 - refine:   one ``Refiner.refine`` iteration (sample, spline -> controls, rollout, cost, update).
 
 Prints the ratio refine/raw (goal: <= 1.10) and the control rate a one-iteration refiner
-reaches at each K over a 1 s horizon (goal: >= 10 Hz at K >= 64).
+reaches at each K over a 1 s horizon (goal: >= 10 Hz at K >= 64), or over ``--horizon`` with
+the twin at ``--twin-timestep`` (as ``twinloop run`` builds it; default: the scene's step).
 
 The start state is the task's first start state, or (``--warmup-ticks N``) where its scripted
 proposer has brought the nominal world after N ticks: in contact, for the contact-rich arm
@@ -15,7 +16,7 @@ scenes, whose speed depends on how many contacts are active.
 
     python benchmarks/rollout_overhead.py [--task block-push] [--ks 64 256] [--repeats 30]
     python benchmarks/rollout_overhead.py --task peg-insert --ks 32 64 128 --warmup-ticks 15 \
-        --optimizer predictive --noise 0.05
+        --optimizer predictive --noise 0.05 [--horizon 0.5 --twin-timestep 0.01]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mujoco import rollout as mj_rollout
 from twinloop.control import Refiner, RefinerConfig
 from twinloop.plan import make_optimizer
 from twinloop.tasks import make_task
-from twinloop.twin import MujocoTwin
+from twinloop.twin import make_twin
 from twinloop.worlds import SimWorld
 
 
@@ -56,11 +57,11 @@ def start_state(task, warmup_ticks: int) -> np.ndarray:
 
 
 def bench(task_name: str, K: int, repeats: int, nthread: int, optimizer: str, warmup_ticks: int = 0,
-          options: dict | None = None) -> dict:
+          options: dict | None = None, horizon: float = 1.0, timestep: float | None = None) -> dict:
     task = make_task(task_name)
-    m = task.model
-    twin = MujocoTwin(m, nthread=nthread)
-    ref = Refiner(task, twin, make_optimizer(optimizer, **(options or {})), RefinerConfig(num_samples=K, horizon=1.0, iterations=1))
+    twin = make_twin("mujoco", task.model, timestep=timestep, nthread=nthread)
+    m = twin.model  # the twin's copy at its own timestep: the bare call simulates the same steps
+    ref = Refiner(task, twin, make_optimizer(optimizer, **(options or {})), RefinerConfig(num_samples=K, horizon=horizon, iterations=1))
     state = start_state(task, warmup_ticks)
     T = ref.spec.horizon_ticks * ref.spec.substeps
 
@@ -106,11 +107,14 @@ def main() -> None:
     ap.add_argument("--optimizer", default="mppi")
     ap.add_argument("--noise", type=float, default=0.0, help="optimizer noise (0: its default)")
     ap.add_argument("--warmup-ticks", type=int, default=0)
+    ap.add_argument("--horizon", type=float, default=1.0, help="planning horizon (s)")
+    ap.add_argument("--twin-timestep", type=float, default=0.0, help="twin physics step (s; 0: the scene's)")
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, {a.nthread} rollout threads, mujoco {mujoco.__version__}")
     print(f"{'task':<11}{'K':>6}{'T':>5}{'raw ms':>9}{'refine ms':>11}{'ratio':>7}{'Msteps/s':>10}{'ctrl Hz':>9}")
     for K in a.ks:
-        r = bench(a.task, K, a.repeats, a.nthread, a.optimizer, a.warmup_ticks, {"noise": a.noise} if a.noise else {})
+        r = bench(a.task, K, a.repeats, a.nthread, a.optimizer, a.warmup_ticks, {"noise": a.noise} if a.noise else {},
+                  a.horizon, a.twin_timestep or None)
         print(f"{r['task']:<11}{r['K']:>6}{r['T']:>5}{r['raw_ms']:>9.1f}{r['refine_ms']:>11.1f}"
               f"{r['ratio']:>7.3f}{r['steps_per_s'] / 1e6:>10.3f}{r['control_hz']:>9.1f}")
 

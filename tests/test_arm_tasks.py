@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from twinloop.errors import TwinloopError
+from twinloop.plan import MPPI, PredictiveSampling
+from twinloop.run.compare import RunConfig, build
 from twinloop.tasks import make_task
 from twinloop.tasks.arm import N_ARM_Q, joint_servo_model, yaw_quat
 from twinloop.tasks.base import Traj
@@ -129,6 +131,25 @@ def test_an_arm_task_refuses_a_scene_with_other_actuators():
 
     with pytest.raises(TwinloopError, match="must include arm.xml and add no actuators"):
         Joints()
+
+
+# -- a run's optimizer -----------------------------------------------------------------------
+
+
+def test_a_run_of_an_arm_task_plans_with_the_tasks_optimizer_and_noise():
+    cfg = RunConfig(task="pivot", twin_timestep=None)
+    assert (cfg.optimizer, cfg.noise) == ("predictive", 0.05)
+    assert build(cfg)[3].optimizer == PredictiveSampling(noise=0.05)
+
+
+def test_an_optimizer_and_noise_given_to_a_run_override_the_tasks():
+    cfg = RunConfig(task="pivot", optimizer="mppi", noise=0.3, twin_timestep=None)
+    assert build(cfg)[3].optimizer == MPPI(noise=0.3)
+
+
+def test_a_task_without_preferences_runs_mppi_at_its_own_noise():
+    cfg = RunConfig(task="block-push")
+    assert (cfg.optimizer, cfg.noise) == ("mppi", None)
 
 
 # -- push-upright ----------------------------------------------------------------------------

@@ -60,14 +60,13 @@ def test_run_renders_a_video_with_ghosts(tmp_path):
     assert s["video"].endswith("refined_episode.mp4")
 
 
-def test_an_arm_task_runs_from_the_cli_with_the_sampling_noise_given(tmp_path):
+def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path):
     res = runner.invoke(app, ["run", "--task", "peg-insert", "--episodes", "1", "--max-ticks", "2", "-k", "4",
-                              "--optimizer", "predictive", "--noise", "0.05", "--no-video", "--no-record",
-                              "--out", str(tmp_path)])
+                              "--no-video", "--no-record", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "summary.json").read_text())
     assert [r["controller"] for r in s["results"]] == ["base", "refined"]
-    assert s["config"]["noise"] == 0.05
+    assert (s["config"]["optimizer"], s["config"]["noise"]) == ("predictive", 0.05)
     assert s["world"]["params"].keys() >= {"peg_friction", "peg_com_x", "arm_stiffness"}
 
 

@@ -227,8 +227,11 @@ def test_calibration_runs_on_deformable_episodes(rope):
 
 def test_distillation_runs_on_a_deformable(tmp_path):
     pytest.importorskip("torch")
-    cfg = DistillConfig(task="rope-shape", world="shifted", collect=1, episodes=1, dagger_episodes=1, rounds=1,
-                        refiner=RefinerConfig(num_samples=4), k_sweep=(), policy=PolicyConfig(epochs=2),
+    cfg = DistillConfig(task="rope-shape", world="shifted", collect=1, episodes=1, rounds=1,
+                        refiner=RefinerConfig(num_samples=4), k_sweep=(), baselines=("refined",),
+                        calib=CalibConfig(method="cma", max_evals=6, cma_popsize=3, delay_steps=0,
+                                          errors_in_variables=False),
+                        calib_episodes=1, calib_ticks=10, policy=PolicyConfig(steps=2, width=16, depth=1),
                         max_ticks=3, out=str(tmp_path / "d"))
     summary = run_distill(cfg, log=lambda msg: None)
     assert [r["controller"] for r in summary["results"]] == ["distilled", "distilled+refined", "refined"]

@@ -48,7 +48,8 @@ class RunConfig:
         task: a registered task (``twinloop.tasks.TASKS``).
         optimizer: a registered optimizer (``twinloop.plan.OPTIMIZERS``), or ``llm+<one of
             them>`` (``llm``: ``llm+mppi``): guided by a language model, needs
-            ``refiner.iterations >= 2``.
+            ``refiner.iterations >= 2``. ``None``: the task's (:attr:`Task.optimizer
+            <twinloop.tasks.Task.optimizer>`: ``mppi``, ``predictive`` for the arm tasks).
         backend: a twin backend (``twinloop.twin.BACKENDS``).
         refiner: the refiner's knobs (K candidates, horizon, iterations per tick, risk,
             ``prune``, ``carry`` ...).
@@ -78,12 +79,16 @@ class RunConfig:
         async_control: :class:`~twinloop.control.AsyncConfig` (latency compensation, budget).
         token: shared token of a ``remote:`` world.
         llm: the language model of an ``llm+...`` optimizer.
-        noise: the optimizer's sampling noise, a fraction of each action's half-range (``None``:
-            its default). Contact-rich arm tasks want it small (millimetres of tool motion).
+        noise: the optimizer's sampling noise, a fraction of each action's half-range. ``None``:
+            the task's (:attr:`Task.sampling_noise <twinloop.tasks.Task.sampling_noise>`: 0.05
+            for the arm tasks), else the optimizer's default.
+
+    The optimizer and noise a config leaves to its task are filled in when it is made, so a
+    config (and the ``summary.json`` written from it) names the ones that run.
     """
 
     task: str = "push-t"
-    optimizer: str = "mppi"
+    optimizer: str | None = None
     backend: str = "mujoco"
     refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
     world: str = "shifted"
@@ -105,6 +110,10 @@ class RunConfig:
 
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
+        if self.optimizer is None or self.noise is None:
+            task = make_task(self.task)
+            object.__setattr__(self, "optimizer", self.optimizer or task.optimizer)
+            object.__setattr__(self, "noise", self.noise if self.noise is not None else task.sampling_noise)
         choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
         choose("backend", self.backend, BACKENDS)
         resolve_world(self.world)

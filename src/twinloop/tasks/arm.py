@@ -84,6 +84,13 @@ class ArmTask(Task):
     settle_time = 1.5
     control_period = 0.1
     camera = "view"
+    # A run's defaults for the arm: noise 0.05 moves knots by 5-10 mm (s.d.; 0.3 swings the
+    # tool across the workspace), and predictive sampling keeps the best candidate where MPPI
+    # averages candidates whose contacts went different ways. Measured in the shifted world, 20
+    # episodes (benchmarks/RESULTS.md "Arm tasks"): peg-insert 18/20, MPPI 0/20 at the same
+    # noise and 4/20 at its default 0.3.
+    optimizer = "predictive"
+    sampling_noise = 0.05
 
     def __init__(self):
         m = self.model

@@ -68,6 +68,10 @@ class Task:
         gym_id: the gymnasium env this task's twin models (``--world gym`` uses it), or
             ``None``; its observation and action maps are :meth:`obs_from_env` and
             :meth:`action_to_env`.
+        optimizer: the optimizer a comparison run (``twinloop run``) uses when not told one.
+        sampling_noise: the sampling noise such a run uses when not told one, a fraction of
+            each action's half-range (``None``: the optimizer's own default). Tasks whose action
+            bounds span far more than one tick's useful motion want it small.
     """
 
     name: str = "task"
@@ -78,6 +82,8 @@ class Task:
     cost_stride: int = 5
     camera: str | None = None
     gym_id: str | None = None
+    optimizer: str = "mppi"
+    sampling_noise: float | None = None
 
     # -- scene -------------------------------------------------------------------------------
 
