@@ -84,6 +84,33 @@ def write_json(path: str | os.PathLike, obj, *, allow_nan: bool = True) -> Path:
     return Path(path)
 
 
+def save_checkpoint(path: str | os.PathLike, meta: dict, stats: dict, state_dict: dict) -> Path:
+    """A torch network's weights, its normalization ``stats`` (arrays) and ``meta`` (JSON-like)
+    in one file, written atomically (the learned twin's and the distilled policy's format)."""
+    import torch  # the [learn] extra: only callers that have trained a network get here
+
+    blob = {"meta": meta, "stats": {k: torch.as_tensor(v) for k, v in stats.items()}, "state_dict": state_dict}
+    with atomic_write(path) as tmp:
+        torch.save(blob, tmp)
+    return Path(path)
+
+
+def load_checkpoint(path: str | os.PathLike, what: str) -> dict:
+    """A file written by :func:`save_checkpoint` (``{"meta", "stats", "state_dict"}``); a
+    missing or unreadable file is a :class:`TwinloopError` that names ``what`` it should be."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise TwinloopError(f"no {what} at {path}")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        blob["meta"]
+    except Exception as exc:
+        raise TwinloopError(f"{path} is not a readable {what}: {type(exc).__name__}: {exc}") from exc
+    return blob
+
+
 def read_json(path: str | os.PathLike, what: str = "file") -> dict:
     """A JSON object from ``path``; a missing, unreadable or malformed file is a
     :class:`TwinloopError` that names it."""

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
-from twinloop.io import atomic_write
+from twinloop.io import load_checkpoint, save_checkpoint
 from twinloop.tasks.base import Task
 
 #: 1: the MLP regression policy of twinloop <= 0.1 (no longer read); 2: flow matching
@@ -412,17 +412,7 @@ class DistilledPolicy:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write weights, normalization stats and metadata to ``path`` atomically."""
-        torch = self.torch
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        blob = {
-            "meta": self.metadata(),
-            "stats": {k: torch.as_tensor(v) for k, v in self.stats.items()},
-            "state_dict": self.net.state_dict(),
-        }
-        with atomic_write(path) as tmp:
-            torch.save(blob, tmp)
-        return path
+        return save_checkpoint(path, self.metadata(), self.stats, self.net.state_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike, task: Task) -> DistilledPolicy:
@@ -436,11 +426,8 @@ class DistilledPolicy:
         path = Path(path)
         if not path.is_file():
             raise TwinloopError(f"no distilled policy at {path}")
-        try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-            meta = blob["meta"]
-        except Exception as exc:
-            raise TwinloopError(f"{path} is not a readable twinloop policy: {type(exc).__name__}: {exc}") from exc
+        blob = load_checkpoint(path, "twinloop policy")
+        meta = blob["meta"]
         version = meta.get("format_version")
         if version != FORMAT_VERSION:
             hint = " (an MLP policy of an older twinloop: train it again with twinloop distill)" if version == 1 else ""

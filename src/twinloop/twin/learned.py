@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from twinloop.errors import TwinloopError, as_array
-from twinloop.io import atomic_write
+from twinloop.io import load_checkpoint, save_checkpoint
 from twinloop.params import ParamSpace
 from twinloop.twin.base import BatchTwin, Rollouts
 from twinloop.twin.mujoco import MujocoTwin
@@ -229,23 +229,13 @@ def save_dynamics(dyn: Dynamics, path: str | os.PathLike, kind: str, control_per
     meta = {"format_version": FORMAT_VERSION, "kind": kind, "control_period": control_period,
             "sizes": [model.nq, model.nv, model.nu], "config": asdict(dyn.config), "losses": dyn.losses,
             "hinge": dyn.hinge.tolist(), "params": None if params is None else np.asarray(params, float).tolist()}
-    blob = {"meta": meta, "stats": {k: torch.as_tensor(v) for k, v in dyn.stats.items()},
-            "state_dict": dyn.net.state_dict()}
-    with atomic_write(path) as tmp:
-        torch.save(blob, tmp)
-    return Path(path)
+    return save_checkpoint(path, meta, dyn.stats, dyn.net.state_dict())
 
 
 def load_dynamics(path: str | os.PathLike, kind: str, model: mujoco.MjModel) -> tuple[Dynamics, dict]:
     """A saved ensemble, checked against ``model`` and the kind of twin that loads it."""
-    path = Path(path)
-    if not path.is_file():
-        raise TwinloopError(f"no learned twin at {path}")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        meta = blob["meta"]
-    except Exception as exc:
-        raise TwinloopError(f"{path} is not a readable learned twin: {type(exc).__name__}: {exc}") from exc
+    blob = load_checkpoint(path, "learned twin")
+    meta = blob["meta"]
     if meta.get("format_version") != FORMAT_VERSION or meta.get("kind") != kind:
         raise TwinloopError(f"{path} holds a {meta.get('kind')!r} twin (format {meta.get('format_version')}), "
                             f"not a {kind!r} twin of format {FORMAT_VERSION}")
