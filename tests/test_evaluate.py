@@ -15,20 +15,8 @@ from twinloop.policies import NoisyProposer, make_proposer
 from twinloop.run.engines import plan_changes
 from twinloop.run.evaluate import EvaluateConfig, ranking_metrics, run_evaluation
 from twinloop.run.policy import PolicySpec
-from twinloop.tasks import make_task
 from twinloop.twin.engine import Engine
 from twinloop.worlds import ShiftedWorld, TwinWorld
-
-
-@pytest.fixture(scope="module")
-def push_t():
-    return make_task("push-t")
-
-
-@pytest.fixture(scope="module")
-def block_push():
-    return make_task("block-push")
-
 
 # -- policy specs ----------------------------------------------------------------------------
 

@@ -30,16 +30,6 @@ from twinloop.worlds import SimWorld
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def push_t():
-    return make_task("push-t")
-
-
-@pytest.fixture(scope="module")
-def block_push():
-    return make_task("block-push")
-
-
 def _one_line_error(res, message: str) -> None:
     """Exit code 2 and the output ends in exactly one line ``error: ...`` holding ``message``."""
     assert res.exit_code == 2, res.output
