@@ -33,7 +33,8 @@ from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import run_episode, summarize, write_partial
-from twinloop.tasks import TASKS, make_task
+from twinloop.tasks import TASKS, make_task, task_factory
+from twinloop.tasks.base import Task
 from twinloop.twin import BACKENDS, make_twin
 from twinloop.viz.plots import plot_comparison
 from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
@@ -111,9 +112,11 @@ class RunConfig:
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
         if self.optimizer is None or self.noise is None:
-            task = make_task(self.task)
-            object.__setattr__(self, "optimizer", self.optimizer or task.optimizer)
-            object.__setattr__(self, "noise", self.noise if self.noise is not None else task.sampling_noise)
+            # class attributes: read from the task's class, no scene is compiled for a config
+            kind = task_factory(self.task)
+            object.__setattr__(self, "optimizer", self.optimizer or getattr(kind, "optimizer", Task.optimizer))
+            if self.noise is None:
+                object.__setattr__(self, "noise", getattr(kind, "sampling_noise", Task.sampling_noise))
         choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
         choose("backend", self.backend, BACKENDS)
         resolve_world(self.world)
