@@ -18,6 +18,8 @@ from twinloop.policies.distilled import (
     fit_chunks,
     histories,
     require_torch,
+    split_episodes,
+    train_steps,
     training_arrays,
 )
 from twinloop.run.distill import DistillConfig, goals, k_at, min_k, run_distill
@@ -117,6 +119,71 @@ def test_policy_sees_the_observation_history(torch, task):
     assert not np.allclose(after_o1, policy.propose(o3))
 
 
+def _with(policy, task, **changes):
+    """The same network and stats under another execution config."""
+    return DistilledPolicy(task, policy.net, policy.stats, PolicyConfig(**{**CFG.__dict__, **changes}), CFG.chunk)
+
+
+def test_a_chunk_runs_for_execute_ticks_before_the_next_inference(trained, task):
+    policy, _ = trained
+    o = synthetic_demos(task, n=1, T=4, seed=6)[0].obs
+    every, chunked = _with(policy, task), _with(policy, task, execute=3)
+    every.reset(0)
+    chunked.reset(0)
+    first = chunked.propose(o[0])
+    np.testing.assert_array_equal(first, every.propose(o[0]))
+    every.propose(o[1])
+    np.testing.assert_array_equal(chunked.propose(o[1]), first[[1, 2, 2]])  # its last action held
+    every.propose(o[2])
+    np.testing.assert_array_equal(chunked.propose(o[2]), first[[2, 2, 2]])
+    # the fourth tick infers again, from the same observation history
+    np.testing.assert_array_equal(chunked.propose(o[3]), every.propose(o[3]))
+
+
+def test_temporal_ensembling_averages_what_overlapping_chunks_predict(trained, task):
+    policy, _ = trained
+    o = synthetic_demos(task, n=1, T=2, seed=7)[0].obs
+    alone, ens = _with(policy, task), _with(policy, task, ensemble=0.0)
+    alone.reset(0)
+    ens.reset(0)
+    c0 = alone.propose(o[0])
+    np.testing.assert_array_equal(ens.propose(o[0]), c0)
+    c1 = alone.propose(o[1])
+    got = ens.propose(o[1])
+    np.testing.assert_allclose(got[:2], 0.5 * (c0[1:] + c1[:2]))  # ticks both chunks cover
+    np.testing.assert_allclose(got[2], c1[2])  # only the newer chunk reaches this far
+    np.testing.assert_array_equal(ens.propose(o[1]), got)  # asked twice in a tick: same answer
+
+
+def test_training_steps_grow_with_the_data_when_given_in_epochs():
+    cfg = PolicyConfig(steps=50, epochs=2, batch_size=64)
+    assert train_steps(cfg, 640) == 20
+    assert train_steps(cfg, 6400) == 50  # at most `steps`
+    assert train_steps(PolicyConfig(steps=50, batch_size=64), 6400) == 50
+
+
+def test_held_out_episodes_are_whole_seeded_and_disjoint():
+    demos = list(range(10))
+    train, held = split_episodes(demos, 0.2, seed=3)
+    assert len(held) == 2 and sorted(train + held) == demos
+    assert split_episodes(demos, 0.2, seed=3) == (train, held)
+    assert split_episodes(demos, 0.0, seed=3) == (demos, [])
+    assert len(split_episodes(demos[:2], 0.01, seed=3)[1]) == 1  # some hold-out whenever asked
+
+
+def test_training_keeps_the_weights_of_the_lowest_held_out_loss_and_stops_early(torch, task):
+    demos = synthetic_demos(task, n=6)
+    cfg = PolicyConfig(**{**CFG.__dict__, "val_fraction": 0.34, "val_every": 10, "patience": 2, "steps": 600})
+    policy, log = DistilledPolicy.fit(task, demos, cfg)
+    _, held = split_episodes(demos, cfg.val_fraction, cfg.seed)
+    assert len(held) == 2 and log.val_samples == 2 * 25
+    best = int(np.argmin(log.val_losses))
+    assert log.best_step == log.val_steps[best]
+    assert log.steps == log.val_steps[-1] < 600  # stopped: `patience` evaluations without a new best
+    assert all(v >= log.val_losses[best] for v in log.val_losses[-2:])
+    assert policy.loss(held, n_noise=4, seed=0) == pytest.approx(log.val_losses[best], rel=1e-5)
+
+
 def test_saved_policy_reloads_with_identical_outputs(trained, task, tmp_path):
     policy, _ = trained
     path = policy.save(tmp_path / "p.pt")
@@ -184,6 +251,12 @@ def test_bad_policy_config_names_the_field():
         PolicyConfig(n_obs_steps=0)
     with pytest.raises(TwinloopError, match="ema"):
         PolicyConfig(ema=1.0)
+    with pytest.raises(TwinloopError, match="execute"):
+        PolicyConfig(chunk=3, execute=4)
+    with pytest.raises(TwinloopError, match="val_fraction"):
+        PolicyConfig(val_fraction=1.0)
+    with pytest.raises(TwinloopError, match="epochs"):
+        PolicyConfig(epochs=0)
 
 
 def test_repeated_samples_are_dropped_once(task):

@@ -30,6 +30,7 @@ torch is the optional ``[learn]`` extra; this module imports without it and rais
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -69,8 +70,19 @@ class PolicyConfig:
         n_obs_steps: observations the policy sees (the current one and the ones before it).
         width: width of the velocity network's residual blocks.
         depth: number of residual blocks.
-        steps: gradient steps of training (the data size does not change the compute).
+        steps: gradient steps of training when ``epochs`` is ``None`` (the data size does not
+            change the compute), else the most steps ``epochs`` may ask for.
+        epochs: passes over the training samples (``ceil(epochs * samples / batch_size)``
+            steps, at most ``steps``): compute that grows with the data, as rounds add to it.
+            ``None``: ``steps`` steps.
         batch_size: samples per gradient step.
+        val_fraction: fraction of the demonstration *episodes* held out (seeded; at least one
+            when > 0 and there are two or more) to measure the flow-matching loss of the
+            weight average every ``val_every`` steps; the policy keeps the weights of the
+            lowest held-out loss. 0: no hold-out, the last weights.
+        val_every: steps between held-out evaluations.
+        patience: held-out evaluations without a new lowest loss before training stops early
+            (``None``: never stops early).
         lr: AdamW learning rate (cosine-decayed to 5% over training).
         weight_decay: AdamW weight decay.
         ema: decay of the exponential moving average of the weights that the policy uses.
@@ -78,6 +90,15 @@ class PolicyConfig:
         temperature: scale of the noise ``propose`` flows from (0: deterministic).
         relative: predict the chunk relative to ``task.hold_action(state)`` (the pusher's own
             position for push tasks), which makes the targets small and translation-invariant.
+        execute: ticks a predicted chunk runs before :meth:`DistilledPolicy.propose` infers
+            the next one (1: a new chunk every tick, receding horizon; up to ``chunk``: action
+            chunking, fewer decisions to compound errors over). Between inferences it
+            proposes the rest of the last chunk, its last action held.
+        ensemble: temporal ensembling (ACT's): ``None`` proposes the newest chunk alone; a
+            number ``m`` averages, for each tick of the proposed chunk, what every stored
+            chunk still covering it predicted, weighted ``exp(-m * age)`` (age in ticks since
+            the chunk was predicted: ``m > 0`` trusts newer chunks more, 0 weighs all alike).
+            It smooths the noise of labels from a sampling teacher out of the executed actions.
         threads: torch threads while training (inference always uses one). More than one
             pays only on an otherwise idle machine: on a busy 2-core one thread sync made a
             step 10x slower.
@@ -89,26 +110,42 @@ class PolicyConfig:
     width: int = 256
     depth: int = 4
     steps: int = 4000
+    epochs: float | None = None
     batch_size: int = 256
+    val_fraction: float = 0.0
+    val_every: int = 250
+    patience: int | None = None
     lr: float = 1e-3
     weight_decay: float = 1e-4
     ema: float = 0.995
     flow_steps: int = 10
     temperature: float = 0.0
     relative: bool = True
+    execute: int = 1
+    ensemble: float | None = None
     threads: int = 1
     seed: int = 0
 
     def __post_init__(self):
         if self.chunk is not None:
             object.__setattr__(self, "chunk", number(self.chunk, "chunk (ticks)", low=1, integer=True))
-        for name in ("n_obs_steps", "width", "depth", "steps", "batch_size", "flow_steps", "threads"):
+        for name in ("n_obs_steps", "width", "depth", "steps", "batch_size", "flow_steps", "execute", "threads",
+                     "val_every"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
         object.__setattr__(self, "seed", number(self.seed, "seed", low=0, integer=True))
         object.__setattr__(self, "lr", number(self.lr, "lr", low=0, low_open=True))
         object.__setattr__(self, "weight_decay", number(self.weight_decay, "weight_decay", low=0))
         object.__setattr__(self, "ema", number(self.ema, "ema", low=0, high=1, high_open=True))
         object.__setattr__(self, "temperature", number(self.temperature, "temperature", low=0))
+        if self.epochs is not None:
+            object.__setattr__(self, "epochs", number(self.epochs, "epochs", low=0, low_open=True))
+        if self.patience is not None:
+            object.__setattr__(self, "patience", number(self.patience, "patience (evaluations)", low=1, integer=True))
+        object.__setattr__(self, "val_fraction", number(self.val_fraction, "val_fraction", low=0, high=1, high_open=True))
+        if self.ensemble is not None:
+            object.__setattr__(self, "ensemble", number(self.ensemble, "ensemble (1/tick)", low=0))
+        if self.chunk is not None and self.execute > self.chunk:
+            raise TwinloopError(f"execute ({self.execute} ticks) must be at most chunk ({self.chunk} ticks)")
 
 
 @dataclass
@@ -129,10 +166,17 @@ class Demo:
 
 @dataclass
 class TrainLog:
-    """Loss per logged step (flow-matching MSE), samples kept, duplicates dropped, seconds."""
+    """Training loss per 50 steps (flow-matching MSE), held-out loss per ``val_every`` steps
+    (``val_steps``, ``val_losses``), the step whose weights were kept, steps run, samples kept
+    (training, held out), duplicates dropped, seconds."""
 
     losses: list[float] = field(default_factory=list)
+    val_steps: list[int] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    best_step: int = 0
+    steps: int = 0
     samples: int = 0
+    val_samples: int = 0
     duplicates: int = 0
     seconds: float = 0.0
 
@@ -216,6 +260,24 @@ def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int
     _, keep = np.unique(np.round(np.concatenate([x, y], axis=1), 9), axis=0, return_index=True)
     keep.sort()
     return x[keep], y[keep], len(x) - len(keep)
+
+
+def split_episodes(demos: Sequence, fraction: float, seed: int) -> tuple[list, list]:
+    """``demos`` -> (training, held-out) episodes: ``round(fraction * n)`` held out (at least
+    one when ``fraction > 0`` and ``n >= 2``), chosen by ``seed``. Whole episodes, so that the
+    held-out loss measures states the policy has not seen the neighbours of."""
+    demos = list(demos)
+    n_val = max(1, round(fraction * len(demos))) if fraction > 0 and len(demos) >= 2 else 0
+    held = set(np.random.default_rng([seed, 29]).permutation(len(demos))[:n_val].tolist())
+    return [d for i, d in enumerate(demos) if i not in held], [d for i, d in enumerate(demos) if i in held]
+
+
+def train_steps(cfg: PolicyConfig, samples: int) -> int:
+    """Gradient steps of training on ``samples`` samples: ``cfg.steps``, or ``cfg.epochs``
+    passes over them (at most ``cfg.steps``)."""
+    if cfg.epochs is None:
+        return cfg.steps
+    return int(min(cfg.steps, max(1, math.ceil(cfg.epochs * samples / cfg.batch_size))))
 
 
 def _std(x: np.ndarray) -> np.ndarray:
@@ -312,19 +374,26 @@ class DistilledPolicy:
         Deterministic on one CPU thread: the same demos, config and seed give the same weights.
 
         Args:
-            progress: called every 50 steps with ``(step, loss)``.
+            progress: called every 50 steps with ``(step, loss)``; ``log.steps`` is the number
+                of steps planned (fewer run if held-out loss stops training early).
         """
         torch = require_torch()
         cfg = config or PolicyConfig()
         horizon = cfg.chunk or max(1, int(round(task.horizon / task.control_period)))
         t0 = time.perf_counter()
-        x, y, dup = training_arrays(task, demos, cfg, horizon)
+        train, held = split_episodes(demos, cfg.val_fraction, cfg.seed)
+        x, y, dup = training_arrays(task, train, cfg, horizon)
         stats = {"x_mean": x.mean(0), "x_std": _std(x), "y_mean": y.mean(0), "y_std": _std(y)}
-        xn = torch.as_tensor((x - stats["x_mean"]) / stats["x_std"], dtype=torch.float32)
-        yn = torch.as_tensor((y - stats["y_mean"]) / stats["y_std"], dtype=torch.float32)
-        log = TrainLog(samples=len(xn), duplicates=dup)
+
+        def normed(x, y):
+            return (torch.as_tensor((x - stats["x_mean"]) / stats["x_std"], dtype=torch.float32),
+                    torch.as_tensor((y - stats["y_mean"]) / stats["y_std"], dtype=torch.float32))
+
+        xn, yn = normed(x, y)
+        val = normed(*training_arrays(task, held, cfg, horizon)[:2]) if held else None
+        log = TrainLog(samples=len(xn), val_samples=0 if val is None else len(val[0]), duplicates=dup)
         with _threads(torch, cfg.threads):
-            net = _train(torch, xn, yn, cfg, log, progress)
+            net = _train(torch, xn, yn, val, cfg, log, progress)
         log.seconds = time.perf_counter() - t0
         return cls(task, net, stats, cfg, horizon), log
 
@@ -335,9 +404,8 @@ class DistilledPolicy:
         x, y, _ = training_arrays(self.task, demos, self.config, self.horizon)
         xn = torch.as_tensor((x - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
         yn = torch.as_tensor((y - self.stats["y_mean"]) / self.stats["y_std"], dtype=torch.float32)
-        gen = torch.Generator().manual_seed(seed)
-        with torch.inference_mode(), _threads(torch, 1):
-            return float(np.mean([_flow_loss(torch, self.net, xn, yn, gen).item() for _ in range(n_noise)]))
+        with _threads(torch, 1):
+            return _mean_flow_loss(torch, self.net, xn, yn, n_noise, seed)
 
     # -- the proposer protocol ---------------------------------------------------------------
 
@@ -348,15 +416,48 @@ class DistilledPolicy:
         self._noise = self.config.temperature * rng.standard_normal(self.horizon * self.task.nu)
         self._history: list[np.ndarray] = []
         self._current: np.ndarray | None = None
+        self._tick = -1
+        self._chunks: list[tuple[int, np.ndarray]] = []  # (tick predicted, (H, nu) chunk), oldest first
+        self._answer: np.ndarray | None = None
 
     def propose(self, obs, state=None) -> np.ndarray:
-        """``(H, nu)`` action chunk for ``obs``, the episode's next observation. Asked twice
-        with the same observation (a refiner and a recorder in one tick) it answers the same."""
+        """``(H, nu)`` action chunk for ``obs``, the episode's next observation (a new tick
+        whenever the observation differs from the last one). Asked twice with the same
+        observation (a refiner and a recorder in one tick) it answers the same. A new chunk
+        is inferred every ``config.execute`` ticks; see ``config.ensemble`` for what is
+        proposed from the stored chunks."""
         o = self.task.check_obs(obs)
-        if self._current is not None and not np.array_equal(o, self._current):
+        if self._current is not None and np.array_equal(o, self._current):
+            return self._answer.copy()
+        if self._current is not None:
             self._history = self._past(o)
-        self._current = o.copy()
-        return self._sample(o, self._noise[None])[0]
+        self._current, self._tick = o.copy(), self._tick + 1
+        cfg = self.config
+        if not self._chunks or self._tick - self._chunks[-1][0] >= cfg.execute:
+            self._chunks.append((self._tick, self._sample(o, self._noise[None])[0]))
+        # a chunk older than H ticks covers none of the ticks to come
+        self._chunks = [(t, c) for t, c in self._chunks if self._tick - t < self.horizon]
+        self._answer = self._from_chunks()
+        return self._answer.copy()
+
+    def _from_chunks(self) -> np.ndarray:
+        """``(H, nu)``: the stored chunks' actions for this tick and the H - 1 after it."""
+        H, t = self.horizon, self._tick
+        newest_t, newest = self._chunks[-1]
+        rows = np.minimum(t - newest_t + np.arange(H), H - 1)  # past its end, its last action held
+        out = newest[rows]
+        m = self.config.ensemble
+        if m is None or len(self._chunks) == 1:
+            return out
+        total, weight = np.zeros_like(out), np.zeros(H)
+        for t_c, c in self._chunks:
+            j = t - t_c + np.arange(H)
+            covered = j < H
+            w = np.exp(-m * (t - t_c))
+            total[covered] += w * c[j[covered]]
+            weight[covered] += w
+        # ticks that only the newest chunk's held last action reaches keep it
+        return np.where(weight[:, None] > 0, total / np.maximum(weight, 1e-300)[:, None], out)
 
     def sample(self, obs, state, n: int, rng: np.random.Generator) -> np.ndarray:
         """``(n, H, nu)`` chunks for ``obs`` (the observation of the last :meth:`propose`, or
@@ -465,6 +566,13 @@ def _flow_loss(torch, net, ctx, y, gen):
     return torch.nn.functional.mse_loss(net(xs, s, ctx), y - x0)
 
 
+def _mean_flow_loss(torch, net, ctx, y, n_noise: int, seed: int) -> float:
+    """:func:`_flow_loss` averaged over ``n_noise`` draws of noise and flow time from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        return float(np.mean([_flow_loss(torch, net, ctx, y, gen).item() for _ in range(n_noise)]))
+
+
 def _integrate(torch, net, x, ctx, n_steps: int):
     """Euler integration of ``dx/ds = v(x, s, c)`` from ``s = 0`` to 1."""
     ds = 1.0 / n_steps
@@ -474,20 +582,23 @@ def _integrate(torch, net, x, ctx, n_steps: int):
     return x
 
 
-def _train(torch, xn, yn, cfg: PolicyConfig, log: TrainLog, progress):
-    """AdamW on the flow-matching loss; returns the EMA of the weights (in eval mode)."""
+def _train(torch, xn, yn, val, cfg: PolicyConfig, log: TrainLog, progress):
+    """AdamW on the flow-matching loss; returns the EMA of the weights (in eval mode): the
+    last, or with held-out data ``val = (x, y)`` the one of the lowest held-out loss."""
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     net = _velocity_net(torch, xn.shape[1], yn.shape[1], cfg)
     ema = _velocity_net(torch, xn.shape[1], yn.shape[1], cfg)
     ema.load_state_dict(net.state_dict())
+    steps = log.steps = train_steps(cfg, len(xn))
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warmup = min(200, cfg.steps // 10 + 1)
+    warmup = min(200, steps // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) * (
-        0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(k, cfg.steps) / cfg.steps))))
+        0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(k, steps) / steps))))
+    best, best_state, stale = math.inf, None, 0
     net.train()
     perm, pos, total, count = torch.randperm(len(xn), generator=gen), 0, 0.0, 0
-    for step in range(1, cfg.steps + 1):
+    for step in range(1, steps + 1):
         if pos + cfg.batch_size > len(xn) and pos > 0:
             perm, pos = torch.randperm(len(xn), generator=gen), 0
         idx = perm[pos : pos + cfg.batch_size]
@@ -502,10 +613,25 @@ def _train(torch, xn, yn, cfg: PolicyConfig, log: TrainLog, progress):
             for pe, p in zip(ema.parameters(), net.parameters()):
                 pe.lerp_(p, 1 - cfg.ema)
         total, count = total + loss.item(), count + 1
-        if step % 50 == 0 or step == cfg.steps:
+        if step % 50 == 0 or step == steps:
             log.losses.append(total / count)
             total, count = 0.0, 0
             if progress is not None:
                 progress(step, log.losses[-1])
+        if val is not None and (step % cfg.val_every == 0 or step == steps):
+            v = _mean_flow_loss(torch, ema, *val, n_noise=4, seed=0)  # the same draws every time
+            log.val_steps.append(step)
+            log.val_losses.append(v)
+            if v < best:
+                best, best_state, stale, log.best_step = v, copy.deepcopy(ema.state_dict()), 0, step
+            else:
+                stale += 1
+                if cfg.patience is not None and stale >= cfg.patience:
+                    break
+    log.steps = step
+    if best_state is not None:
+        ema.load_state_dict(best_state)
+    else:
+        log.best_step = step
     ema.eval()
     return ema
