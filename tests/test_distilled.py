@@ -2,6 +2,7 @@
 
 import json
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from twinloop.policies.distilled import (
     train_steps,
     training_arrays,
 )
-from twinloop.run.distill import DistillConfig, goals, k_at, min_k, run_distill
+from twinloop.run.distill import DistillConfig, goals, k_at, min_k, run_distill, stages
 from twinloop.tasks import make_task
 
 
@@ -350,13 +351,39 @@ def test_tiny_distill_loop_writes_rounds_and_aggregates_data_on_disk(torch, tmp_
     # round 2 trains on round 1's data plus one twin DAgger episode and one world episode
     assert rounds[0]["train_episodes"] == {"twin": 2, "world": 0}
     assert rounds[1]["train_episodes"] == {"twin": 3, "world": 1}
-    twin = Dataset(tmp_path / "run" / "data" / "twin")
-    ep = twin.read(2)  # the DAgger episode: the policy acted, the teacher's plans are the labels
+    twin = Dataset(tmp_path / "run" / "data" / "twin" / "dagger_r1")
+    ep = twin.read(0)  # the DAgger episode: the policy acted, the teacher's plans are the labels
     assert ep.plans is not None and ep.plans.shape == (len(ep), 3, 2)
     assert not np.allclose(ep.actions, ep.plans[:, 0])
     assert (tmp_path / "run" / "policy_round2.pt").is_file() and (tmp_path / "run" / "posterior.json").is_file()
     assert on_disk["goals"]["base_last"] == rounds[-1]["base_success"]
-    assert summary["rounds"] == rounds
+    assert summary["rounds"] == rounds and summary["complete"]
+    # the same run in pieces of one stage each, resumed, ends in the same rounds and episodes
+    pieces = replace(cfg, out=str(tmp_path / "pieces"))
+    mode, calls = "new", 0
+    while True:
+        part = run_distill(pieces, log=lambda msg: None, mode=mode, budget_s=0)
+        mode, calls = "resume", calls + 1
+        if part["complete"]:
+            break
+    assert calls == len(stages(cfg)) == 7  # collect, baseline, train/evaluate/aggregate 1, train/evaluate 2
+    timeless = ("train_seconds",)
+    assert [{k: v for k, v in r.items() if k not in timeless} for r in part["rounds"]] == \
+        [{k: v for k, v in r.items() if k not in timeless} for r in rounds]
+    assert part["per_episode"] == on_disk["per_episode"]
+
+
+def test_resuming_with_another_config_fails_clearly(torch, tmp_path):
+    cfg = DistillConfig(task="block-push", world="nominal", collect=1, episodes=1, rounds=1, k_sweep=(),
+                        refiner=RefinerConfig(num_samples=4, horizon=0.3), calib=TINY_CALIB, calib_episodes=1,
+                        calib_ticks=10, baselines=(), policy=PolicyConfig(steps=2, width=16, depth=1), max_ticks=3,
+                        out=str(tmp_path / "run"))
+    first = run_distill(cfg, log=lambda msg: None, budget_s=0)
+    assert not first["complete"] and "rounds" in first
+    with pytest.raises(TwinloopError, match=r"differs in \['collect'\]"):
+        run_distill(replace(cfg, collect=2), log=lambda msg: None, mode="resume")
+    with pytest.raises(TwinloopError, match="not empty"):
+        run_distill(cfg, log=lambda msg: None)
 
 
 def test_distill_command_runs_and_rejects_bad_input_clearly(torch, tmp_path):
@@ -369,9 +396,12 @@ def test_distill_command_runs_and_rejects_bad_input_clearly(torch, tmp_path):
             "--episodes", "1", "-k", "4", "--k-sweep", "", "--baselines", "", "--calib-episodes", "1",
             "--calib-evals", "60", "--steps", "2", "--width", "16", "--depth", "1", "--max-ticks", "4",
             "--out", str(out)]
-    res = CliRunner().invoke(app, args)
+    res = CliRunner().invoke(app, [*args, "--budget", "0"])  # one stage, then stop
+    assert res.exit_code == 0 and "--resume continues" in res.output, res.output
+    res = CliRunner().invoke(app, [*args, "--resume"])
     assert res.exit_code == 0, res.output
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"]
     assert [r["controller"] for r in summary["results"]] == ["distilled", "distilled+refined"]
     assert summary["rounds"][0]["min_k"] == 4  # K alone is the sweep
     bad = CliRunner().invoke(app, ["distill", "--k-sweep", "8,x", "--out", str(out)])

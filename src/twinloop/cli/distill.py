@@ -32,7 +32,7 @@ def rounds_table(summary: dict):
     for col in ("round", "train episodes (twin+world)", "train s", "base alone", "base + refinement",
                 "min K", "K at goal", "success by K"):
         t.add_column(col, justify="right")
-    for r in summary["rounds"]:
+    for r in (r for r in summary["rounds"] if "base_success" in r):
         by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in r["k_success"].items())
         eps = r["train_episodes"]
         t.add_row(str(r["round"]), f"{eps['twin']}+{eps['world']}", f"{r['train_seconds']:.0f}",
@@ -54,6 +54,7 @@ def distill(
     rounds: int = typer.Option(d.rounds, help="Train -> evaluate -> aggregate rounds."),
     episodes: int = typer.Option(d.episodes, help="Evaluation episodes per controller (same seeds every round)."),
     collect: int = typer.Option(d.collect, help="Teacher episodes in calibrated twin-worlds before round 1."),
+    collect_noise: float = typer.Option(d.collect_noise, help="Noise on the teacher's actions while collecting (fraction of the action range; DART)."),
     twin_dagger: int = typer.Option(d.twin_dagger, help="Twin episodes per round: the policy drives, the teacher labels."),
     dagger_episodes: int = typer.Option(d.dagger_episodes, help="World episodes of policy + refinement per round."),
     teacher: str = typer.Option(d.teacher, help=one_of(TEACHERS, "Who labels twin states:")),
@@ -67,7 +68,12 @@ def distill(
     calib_episodes: int = typer.Option(d.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
     calib_evals: int = typer.Option(d.calib.max_evals, help="Calibration budget (parameter vectors evaluated)."),
     posterior: str = typer.Option("", help="A saved posterior.json to use instead of calibrating."),
-    steps: int = typer.Option(d.policy.steps, help="Training steps per round."),
+    steps: int = typer.Option(d.policy.steps, help="Training steps per round (at most, with --epochs)."),
+    epochs: float = typer.Option(d.policy.epochs or 0, help="Passes over the training samples per round (0: --steps steps)."),
+    val_fraction: float = typer.Option(d.policy.val_fraction, help="Fraction of episodes held out; the weights of the lowest held-out loss are kept."),
+    patience: int = typer.Option(d.policy.patience or 0, help="Held-out evaluations without improvement before training stops (0: never)."),
+    execute: int = typer.Option(d.policy.execute, help="Ticks a predicted chunk runs before the policy infers the next."),
+    ensemble: float = typer.Option(-1.0 if d.policy.ensemble is None else d.policy.ensemble, help="Temporal ensembling decay per tick (-1: off)."),
     width: int = typer.Option(d.policy.width, help="Width of the policy's residual blocks."),
     depth: int = typer.Option(d.policy.depth, help="Residual blocks of the policy."),
     chunk: int = typer.Option(0, help="Action chunk length in ticks (0: the planning horizon)."),
@@ -75,6 +81,8 @@ def distill(
     seed: int = typer.Option(d.seed),
     out: str = typer.Option(d.out, help=OUT_HELP),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
+    resume: bool = typer.Option(False, help="Continue the unfinished run in --out (same options; --rounds may grow)."),
+    budget: float = typer.Option(0.0, help="Stop at the first stage boundary after this many seconds (0: run to the end); --resume continues."),
 ):
     """Distill refined actions into a flow-matching base policy; evaluate it alone and refined."""
     cfg = DistillConfig(task=task, world=world, severity=severity, rounds=rounds, episodes=episodes, collect=collect,
@@ -84,15 +92,21 @@ def distill(
                         baselines=tuple(b for b in baselines.replace(" ", "").split(",") if b),
                         optimizer=optimizer, proposal_samples=proposal_samples, calib_episodes=calib_episodes,
                         calib=replace(d.calib, max_evals=calib_evals), posterior=posterior or None,
-                        policy=replace(d.policy, steps=steps, width=width, depth=depth, chunk=chunk or None),
+                        collect_noise=collect_noise,
+                        policy=replace(d.policy, steps=steps, width=width, depth=depth, chunk=chunk or None,
+                                       epochs=epochs or None, val_fraction=val_fraction, patience=patience or None,
+                                       execute=execute, ensemble=None if ensemble < 0 else ensemble),
                         max_ticks=max_ticks or None, seed=seed, out=out)
     console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")
     with progress_ticks() as tick:
-        summary = run_distill(cfg, progress=tick, log=console.print, mode=out_mode(overwrite=overwrite))
-    console.print(results_table(summary))
+        summary = run_distill(cfg, progress=tick, log=console.print, mode=out_mode(resume, overwrite),
+                              budget_s=budget or None)
+    if summary["results"]:
+        console.print(results_table(summary))
     console.print(rounds_table(summary))
-    console.print(f"wall time {summary['wall_time_s']:.0f} s; wrote {out}/summary.json")
+    left = "" if summary["complete"] else " (not finished: --resume continues)"
+    console.print(f"wall time {summary['wall_time_s']:.0f} s; wrote {out}/summary.json{left}")
 
 
 COMMANDS = (distill,)

@@ -367,15 +367,15 @@ class DistilledPolicy:
 
     @classmethod
     def fit(cls, task: Task, demos: Sequence, config: PolicyConfig | None = None,
-            progress: Callable[[int, float], None] | None = None) -> tuple[DistilledPolicy, TrainLog]:
+            progress: Callable[[int, int, float], None] | None = None) -> tuple[DistilledPolicy, TrainLog]:
         """Train on ``demos`` (objects with ``obs (T, n_obs)``, ``actions (T, nu)`` and
         optionally ``plans (T, H', nu)``, see :class:`Demo`).
 
         Deterministic on one CPU thread: the same demos, config and seed give the same weights.
 
         Args:
-            progress: called every 50 steps with ``(step, loss)``; ``log.steps`` is the number
-                of steps planned (fewer run if held-out loss stops training early).
+            progress: called every 50 steps with ``(step, steps planned, loss)`` (fewer steps
+                run when the held-out loss stops training early).
         """
         torch = require_torch()
         cfg = config or PolicyConfig()
@@ -617,7 +617,7 @@ def _train(torch, xn, yn, val, cfg: PolicyConfig, log: TrainLog, progress):
             log.losses.append(total / count)
             total, count = 0.0, 0
             if progress is not None:
-                progress(step, log.losses[-1])
+                progress(step, steps, log.losses[-1])
         if val is not None and (step % cfg.val_every == 0 or step == steps):
             v = _mean_flow_loss(torch, ema, *val, n_noise=4, seed=0)  # the same draws every time
             log.val_steps.append(step)

@@ -32,6 +32,7 @@ refined success is within 5 points of the sweep's best), ``k_at_goal`` (the smal
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -43,7 +44,7 @@ from twinloop.calib.fit import CalibConfig
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.data import Dataset, EpisodeRecorder
 from twinloop.errors import TwinloopError, choose, number
-from twinloop.io import output_folder, write_json
+from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import DistilledPolicy, PolicyConfig
 from twinloop.run.compare import refiner_twin
@@ -86,7 +87,11 @@ class DistillConfig:
         teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
             K; refinement alone for a task without one) | ``policy`` (the current policy
             refined at K; round 1's data always come from the scripted teacher).
-        collect: teacher episodes in twin-worlds before round 1.
+        collect: teacher episodes in twin-worlds before round 1 (about 1 s each on shifted
+            push-t at K=32: the cheapest data there is).
+        collect_noise: standard deviation of the noise added to the teacher's actions while
+            collecting, a fraction of each action's range (DART: its labels then show how to
+            recover from a learner's errors); 0: none.
         twin_dagger: episodes after each round but the last in which the policy alone drives in
             twin-worlds and the teacher labels its states.
         dagger_episodes: episodes after each round but the last of policy + refinement in the
@@ -118,6 +123,7 @@ class DistillConfig:
     posterior: str | None = None
     teacher: str = "scripted"
     collect: int = 40
+    collect_noise: float = 0.0
     twin_dagger: int = 40
     dagger_episodes: int = 10
     episodes: int = 20
@@ -142,6 +148,7 @@ class DistillConfig:
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         object.__setattr__(self, "goal_success", number(self.goal_success, "goal_success", low=0, high=1))
+        object.__setattr__(self, "collect_noise", number(self.collect_noise, "collect_noise", low=0, high=1))
         if self.max_ticks is not None:
             object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
         if self.twin_timestep is not None:
@@ -183,13 +190,18 @@ class Labelled:
 
     The teacher (a refined :class:`~twinloop.control.Controller`) is asked at every tick; the
     ``driver`` (e.g. the base policy alone), when given, is what acts (DAgger: the learner's
-    states, the teacher's labels); without one the teacher acts. The episode goes to
-    ``dataset`` when :meth:`finish` is called.
+    states, the teacher's labels); without one the teacher acts. With ``noise`` the action
+    sent is perturbed by Gaussian noise of that standard deviation (a fraction of each action's
+    range; drawn from the episode's seed) while the label stays the teacher's plan (DART: the
+    teacher shows how to recover from the errors a learner will make, in its own consistent
+    closed loop). The episode goes to ``dataset`` when :meth:`finish` is called.
     """
 
-    def __init__(self, teacher: Controller, driver: Controller | None, dataset: Dataset):
+    def __init__(self, teacher: Controller, driver: Controller | None, dataset: Dataset, noise: float = 0.0):
         self.teacher, self.driver, self.dataset, self.task = teacher, driver, dataset, teacher.task
+        self.noise = number(noise, "noise (fraction of the action range)", low=0)
         self._rec: EpisodeRecorder | None = None
+        self._rng = np.random.default_rng()
 
     @property
     def last(self):
@@ -204,6 +216,7 @@ class Labelled:
         if self.driver is not None:
             self.driver.reset(seed)
         self._rec = EpisodeRecorder.for_task(self.task, len(self.dataset))
+        self._rng = np.random.default_rng([0 if seed is None else seed, 37])
 
     def stop(self) -> None:
         self.teacher.stop()
@@ -213,6 +226,10 @@ class Labelled:
         tick = self.teacher.last
         plan = tick.result.plan.actions() if tick.result is not None else label[None]
         action = label if self.driver is None else self.driver.act(obs, info)
+        if self.noise > 0:
+            span = self.task.action_high - self.task.action_low
+            action = np.clip(action + self.noise * span * self._rng.standard_normal(self.task.nu),
+                             self.task.action_low, self.task.action_high)
         state = self.task.state_from_obs(obs)
         self._rec.add(len(self._rec) * self.task.control_period, obs, action, twin_state=state,
                       cost=tick.cost, tick=tick, plan=plan)
@@ -239,7 +256,8 @@ def k_at(success: dict[int, float], level: float) -> int | None:
 
 
 class DistillRun:
-    """State of one distill run: task, world, twin, twin-worlds, datasets, episode runner."""
+    """State of one distill run: task, world, twin, twin-worlds, datasets, episode runner, and
+    its stages (:func:`stages`), each ``stage(arg, state) -> datasets written``."""
 
     def __init__(self, cfg: DistillConfig, out: Path, progress: Progress | None = None,
                  log: Callable[[str], None] = print):
@@ -249,16 +267,25 @@ class DistillRun:
         self.twin = refiner_twin(self.task, "mujoco", cfg.twin_timestep, cfg.refiner.horizon, cfg.seed)
         self.scripted = self.task.default_proposer()
         self.estimate: TwinEstimate | None = None
-        info = {"fps": 1.0 / self.task.control_period, "task": self.task.name, "obs_names": list(self.task.obs_names),
-                "param_names": self.task.param_space().names, "seed": cfg.seed}
-        self.data = {side: Dataset.create(out / "data" / side, {**info, "source": side}) for side in ("twin", "world")}
+        self.info = {"fps": 1.0 / self.task.control_period, "task": self.task.name,
+                     "obs_names": list(self.task.obs_names), "param_names": self.task.param_space().names,
+                     "seed": cfg.seed}
 
-    def calibrate(self) -> None:
+    def dataset(self, side: str, name: str) -> tuple[Dataset, str]:
+        """A fresh dataset ``data/<side>/<name>`` (a stage killed half-way is redone from
+        scratch: its seeds give the same episodes) and its path relative to ``out``."""
+        rel = f"data/{side}/{name}"
+        return Dataset.create(self.out / rel, {**self.info, "source": side}, mode="overwrite"), rel
+
+    def calibrate(self, resume: bool = False) -> None:
+        """Calibrate (or load ``cfg.posterior``; on resume the run's own ``posterior.json``)."""
         cfg = self.cfg
+        saved = self.out / "posterior.json"
+        posterior = str(saved) if resume and saved.exists() else cfg.posterior
         self.estimate = calibrated_twin(self.task, self.world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks,
-                                        cfg.posterior, cfg.seed, self.log)
+                                        posterior, cfg.seed, self.log)
         if self.estimate.posterior is not None:
-            write_json(self.out / "posterior.json", self.estimate.posterior.to_dict(), allow_nan=False)
+            write_json(saved, self.estimate.posterior.to_dict(), allow_nan=False)
 
     def twin_world(self, i: int) -> TwinWorld:
         """The i-th twin-world: the posterior's particle ``i mod P``, the estimated delay and noise."""
@@ -296,81 +323,73 @@ class DistillRun:
         use_policy = self.cfg.teacher == "policy" and policy is not None
         return self.controller(policy if use_policy else self.scripted, self.cfg.refiner.num_samples)
 
-    def train(self, round_: int) -> tuple[DistilledPolicy, dict]:
+    def policy(self, round_: int) -> DistilledPolicy:
+        return DistilledPolicy.load(self.out / f"policy_round{round_}.pt", self.task)
+
+    # -- stages ------------------------------------------------------------------------------
+
+    def collect(self, _: str, state: dict) -> list[str]:
+        """Teacher episodes in twin-worlds (with ``cfg.collect_noise``)."""
+        ds, rel = self.dataset("twin", "collect")
+        got = self.twin_episodes("collect (twin)", lambda: Labelled(self.teacher(None), None, ds, self.cfg.collect_noise),
+                                 self.cfg.collect_seeds())
+        state["summary"]["collect"] = {"episodes": len(got), "successes": int(sum(r.success for r in got))}
+        self.log(f"collected {len(got)} teacher episodes in calibrated twin-worlds: "
+                 f"{sum(r.success for r in got)}/{len(got)} succeeded")
+        return [rel]
+
+    def baseline(self, name: str, state: dict) -> list[str]:
+        """Refinement without the learned policy, swept over the Ks once."""
+        cfg = self.cfg
+        proposer = None if BASELINES[name] == "none" else self.scripted
+        if BASELINES[name] == "scripted" and proposer is None:
+            return []  # a task without a scripted proposer has no such baseline
+        sweep = {k: self.episodes(f"{name} K={k}", self.world, self.controller(proposer, k), cfg.eval_seeds())
+                 for k in cfg.k_sweep}
+        _record(state, name, sweep[cfg.refiner.num_samples])
+        rates = {k: _rate(v) for k, v in sweep.items()}
+        state["summary"]["baselines"][name] = {
+            "k_success": {str(k): v for k, v in rates.items()}, "k_error": {str(k): _error(v) for k, v in sweep.items()},
+            "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success)}
+        return []
+
+    def train(self, arg: str, state: dict) -> list[str]:
+        """Fit the round's policy on every dataset so far; save it as ``policy_round<r>.pt``."""
+        round_ = int(arg)
         label = f"train r{round_}"
         pcfg = self.cfg.policy_config(self.task)
-        demos = [ds.read(i) for ds in self.data.values() for i in ds.indices]
+        demos = [Dataset(self.out / rel).read(i) for rel in state["datasets"] for i in Dataset(self.out / rel).indices]
         cb = None
         if self.progress is not None:
-            def cb(step, loss):
-                self.progress(label, step, pcfg.steps)
+            def cb(step, steps, loss):
+                self.progress(label, step, steps)
         policy, log = DistilledPolicy.fit(self.task, demos, pcfg, progress=cb)
-        rec = {"train_episodes": {side: len(ds) for side, ds in self.data.items()}, "train_samples": log.samples,
-               "train_duplicates": log.duplicates, "train_seconds": log.seconds, "train_loss": log.losses[-1],
-               "n_params": policy.n_params}
+        policy.save(self.out / f"policy_round{round_}.pt")
+        sides = {side: sum(len(Dataset(self.out / rel)) for rel in state["datasets"] if rel.startswith(f"data/{side}/"))
+                 for side in ("twin", "world")}
+        rec = {"round": round_, "train_episodes": sides, "train_samples": log.samples,
+               "val_samples": log.val_samples, "train_duplicates": log.duplicates, "train_seconds": log.seconds,
+               "train_steps": log.steps, "best_step": log.best_step, "train_loss": log.losses[-1],
+               "val_loss": min(log.val_losses) if log.val_losses else None, "n_params": policy.n_params}
+        state["summary"]["rounds"] = [r for r in state["summary"]["rounds"] if r["round"] != round_] + [rec]
+        held = f", held-out loss {rec['val_loss']:.3f} at step {log.best_step}" if log.val_losses else ""
         self.log(f"round {round_}: trained {policy.n_params / 1e6:.2f} M parameters on {len(demos)} episodes "
-                 f"({log.samples} samples, {log.duplicates} duplicates dropped), loss {log.losses[0]:.3f} -> "
-                 f"{log.losses[-1]:.3f} in {log.seconds:.0f} s")
-        return policy, rec
+                 f"({log.samples} samples, {log.duplicates} duplicates dropped), {log.steps} steps, loss "
+                 f"{log.losses[0]:.3f} -> {log.losses[-1]:.3f}{held} in {log.seconds:.0f} s")
+        return []
 
-
-def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print,
-                mode: str = "new") -> dict:
-    """Calibrate, collect in twin-worlds, then ``cfg.rounds`` of train -> evaluate -> aggregate.
-
-    ``progress(label, done, total)`` is called after each episode and every 50 training steps.
-    ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``overwrite`` replaces an earlier
-    run there (see :func:`twinloop.io.output_folder`).
-    Returns the summary written to ``cfg.out/summary.json``.
-    """
-    t_start = time.perf_counter()
-    out = output_folder(cfg.out, mode)  # before the first episode: a bad --out fails now
-    run = DistillRun(cfg, out, progress, log)
-    task, world, K = run.task, run.world, cfg.refiner.num_samples
-    eval_seeds = cfg.eval_seeds()
-    run.calibrate()
-
-    collected = run.twin_episodes("collect (twin)", lambda: Labelled(run.teacher(None), None, run.data["twin"]),
-                                  cfg.collect_seeds())
-    log(f"collected {len(collected)} teacher episodes in calibrated twin-worlds: "
-        f"{sum(r.success for r in collected)}/{len(collected)} succeeded")
-
-    results: dict[str, list] = {}
-    baselines = {}
-    for name in cfg.baselines:
-        proposer = None if BASELINES[name] == "none" else run.scripted
-        if BASELINES[name] == "scripted" and proposer is None:
-            continue  # a task without a scripted proposer has no such baseline
-        sweep = {k: run.episodes(f"{name} K={k}", world, run.controller(proposer, k), eval_seeds) for k in cfg.k_sweep}
-        results[name] = sweep[K]
+    def evaluate(self, arg: str, state: dict) -> list[str]:
+        """The round's policy alone and refined at each K, in the world, on the evaluation seeds."""
+        cfg, round_, K = self.cfg, int(arg), self.cfg.refiner.num_samples
+        policy, seeds, n = self.policy(round_), cfg.eval_seeds(), cfg.episodes
+        base = self.episodes(f"base r{round_}", self.world, self.controller(policy, K, refine=False), seeds)
+        sweep = {k: self.episodes(f"K={k} r{round_}", self.world, self.controller(policy, k), seeds) for k in cfg.k_sweep}
+        _record(state, "distilled", base)
+        _record(state, "distilled+refined", sweep[K])
         rates = {k: _rate(v) for k, v in sweep.items()}
-        baselines[name] = {"k_success": {str(k): v for k, v in rates.items()},
-                           "k_error": {str(k): _error(v) for k, v in sweep.items()},
-                           "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success)}
-
-    summary = {
-        "task": task.name,
-        "world": world.describe(),
-        "seed": cfg.seed,
-        "episodes": cfg.episodes,
-        "config": asdict(cfg),
-        "calibration": calibration_record(task, world, run.estimate),
-        "collect": {"episodes": len(collected), "successes": int(sum(r.success for r in collected))},
-        "baselines": baselines,
-        "rounds": [],
-    }
-    n = len(eval_seeds)
-    for r in range(1, cfg.rounds + 1):
-        policy, rec = run.train(r)
-        policy.save(out / f"policy_round{r}.pt")
-        results["distilled"] = run.episodes(f"base r{r}", world, run.controller(policy, K, refine=False), eval_seeds)
-        sweep = {k: run.episodes(f"K={k} r{r}", world, run.controller(policy, k), eval_seeds) for k in cfg.k_sweep}
-        results["distilled+refined"] = sweep[K]
-        rates = {k: _rate(v) for k, v in sweep.items()}
-        base = results["distilled"]
         k_base = sum(e.success for e in base)
-        summary["rounds"].append({
-            "round": r, **rec,
+        rec = next(r for r in state["summary"]["rounds"] if r["round"] == round_)
+        rec.update({
             "base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base),
             "refined_success": rates[K], "refined_ci": list(wilson(round(rates[K] * n), n)),
             "refined_error": _error(sweep[K]),
@@ -378,20 +397,116 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
             "k_success": {str(k): v for k, v in rates.items()},
             "k_error": {str(k): _error(v) for k, v in sweep.items()},
         })
-        log(f"round {r}: base {100 * k_base / n:.0f}%, refined (K={K}) {100 * rates[K]:.0f}%, "
-            f"min K {summary['rounds'][-1]['min_k']}, K at {100 * cfg.goal_success:.0f}%: "
-            f"{summary['rounds'][-1]['k_at_goal']}")
-        _write(summary, results, out, t_start, cfg)
-        if r < cfg.rounds:
-            run.twin_episodes(f"dagger r{r} (twin)", lambda p=policy: Labelled(
-                run.teacher(p), run.controller(p, K, refine=False), run.data["twin"]), cfg.twin_dagger_seeds(r))
-            if cfg.dagger_episodes:
-                run.episodes(f"dagger r{r} (world)", world, Labelled(run.controller(policy, K), None, run.data["world"]),
-                             cfg.dagger_seeds(r))
+        self.log(f"round {round_}: base {100 * k_base / n:.0f}%, refined (K={K}) {100 * rates[K]:.0f}%, "
+                 f"min K {rec['min_k']}, K at {100 * cfg.goal_success:.0f}%: {rec['k_at_goal']}")
+        return []
 
-    summary = _write(summary, results, out, t_start, cfg)
-    _plots(summary, out)
+    def aggregate(self, arg: str, state: dict) -> list[str]:
+        """DAgger: the round's policy drives in twin-worlds and the teacher labels its states;
+        the policy + refinement acts in the world and its refined plans are labels."""
+        cfg, round_, K = self.cfg, int(arg), self.cfg.refiner.num_samples
+        policy = self.policy(round_)
+        written = []
+        if cfg.twin_dagger:
+            ds, rel = self.dataset("twin", f"dagger_r{round_}")
+            self.twin_episodes(f"dagger r{round_} (twin)", lambda: Labelled(
+                self.teacher(policy), self.controller(policy, K, refine=False), ds), cfg.twin_dagger_seeds(round_))
+            written.append(rel)
+        if cfg.dagger_episodes:
+            ds, rel = self.dataset("world", f"dagger_r{round_}")
+            self.episodes(f"dagger r{round_} (world)", self.world, Labelled(self.controller(policy, K), None, ds),
+                          cfg.dagger_seeds(round_))
+            written.append(rel)
+        return written
+
+
+#: the resume point of a distill run in its output folder
+STATE_FILE = "distill_state.json"
+
+
+def stages(cfg: DistillConfig) -> list[str]:
+    """The stages of a run, in order: ``collect``, ``baseline <name>``, then per round
+    ``train r``, ``evaluate r`` and (before the next round) ``aggregate r``. Calibration is
+    not one: it is redone (or ``posterior.json`` reloaded) every time a run starts or resumes."""
+    out = ["collect", *(f"baseline {b}" for b in cfg.baselines)]
+    for r in range(1, cfg.rounds + 1):
+        out += [f"train {r}", f"evaluate {r}"] + ([f"aggregate {r}"] if r < cfg.rounds else [])
+    return out
+
+
+def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print,
+                mode: str = "new", budget_s: float | None = None) -> dict:
+    """Calibrate, collect in twin-worlds, then ``cfg.rounds`` of train -> evaluate -> aggregate.
+
+    ``progress(label, done, total)`` is called after each episode and every 50 training steps.
+    ``mode``: ``new`` needs an absent or empty ``cfg.out``; ``resume`` continues the run there
+    after the last stage it finished (see :func:`stages`; the same config, ``rounds`` may
+    grow); ``overwrite`` replaces an earlier run there (see :func:`twinloop.io.output_folder`).
+    ``budget_s``: stop at the first stage boundary after this many seconds (at least one stage
+    runs; ``summary["complete"]`` is then false; resume to continue), so that a long run goes
+    in pieces.
+    Returns the summary written to ``cfg.out/summary.json``.
+    """
+    t_start = time.perf_counter()
+    if budget_s is not None:
+        budget_s = number(budget_s, "budget_s (s)", low=0)
+    out = output_folder(cfg.out, mode, resumable=True)  # before the first episode: a bad --out fails now
+    state = _load_state(out, cfg)
+    run = DistillRun(cfg, out, progress, log)
+    if state is None:
+        state = {"config": _jsonable(cfg), "done": [], "datasets": [], "summary": {}, "results": {}, "per_episode": {}}
+    t_piece = t_start
+    t_start -= state["summary"].get("wall_time_s", 0.0)  # the wall time of the pieces before this one
+    run.calibrate(resume=bool(state["done"]))
+    summary = state["summary"]
+    summary.update({"task": run.task.name, "world": run.world.describe(), "seed": cfg.seed, "episodes": cfg.episodes,
+                    "config": asdict(cfg), "calibration": calibration_record(run.task, run.world, run.estimate)})
+    summary.setdefault("baselines", {})
+    summary["rounds"] = summary.get("rounds", [])[: cfg.rounds]
+    ran = False
+    for stage in stages(cfg):
+        if stage in state["done"]:
+            continue
+        if ran and budget_s is not None and time.perf_counter() - t_piece > budget_s:
+            log(f"stopping before stage {stage!r}: {budget_s:.0f} s budget spent (resume to continue)")
+            break
+        kind, _, arg = stage.partition(" ")
+        state["datasets"] += getattr(run, kind)(arg, state)
+        state["done"].append(stage)
+        ran = True
+        summary["complete"] = all(s in state["done"] for s in stages(cfg))
+        _write(state, out, t_start, cfg)
+        write_json(out / STATE_FILE, state)  # the resume point
+    summary["complete"] = all(s in state["done"] for s in stages(cfg))
+    summary = _write(state, out, t_start, cfg)
+    if summary["complete"]:
+        _plots(summary, out)
     return summary
+
+
+def _jsonable(cfg: DistillConfig) -> dict:
+    return json.loads(json.dumps(asdict(cfg)))
+
+
+def _load_state(out: Path, cfg: DistillConfig) -> dict | None:
+    """The state of the run in ``out`` (None: a fresh folder); a damaged state or one of another
+    config (``rounds``, ``episodes`` shown and ``out`` aside) fails clearly."""
+    path = out / STATE_FILE
+    if not path.exists():
+        return None
+    state = read_json(path, "distill state")
+    keys = {"config": dict, "done": list, "datasets": list, "summary": dict, "results": dict, "per_episode": dict}
+    if any(not isinstance(state.get(k), t) for k, t in keys.items()):
+        raise TwinloopError(f"{path} is not a valid distill state ({', '.join(keys)}); it is damaged: use another "
+                            "output folder or --overwrite")
+    saved, now = state["config"], _jsonable(cfg)
+    diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k not in ("rounds", "out"))
+    if diff:
+        raise TwinloopError(f"{path} was written by a different distill config (differs in {diff}); use another "
+                            "output folder or the same options")
+    if any(not s.startswith("aggregate") and s not in stages(cfg) for s in state["done"]):
+        raise TwinloopError(f"{path} finished stages beyond --rounds {cfg.rounds}; resume with at least as many rounds")
+    return state
 
 
 def goals(summary: dict, goal_success: float) -> dict:
@@ -399,7 +514,8 @@ def goals(summary: dict, goal_success: float) -> dict:
     base success, the K at which distilled + refinement reaches ``goal_success`` against each
     baseline's (``at_half_k``: at most half of it; a baseline that never reaches it counts as
     needing more than the sweep's largest K), and the longest training."""
-    rounds = summary["rounds"]
+    trained = summary["rounds"]
+    rounds = [r for r in trained if "base_success" in r]  # evaluated (a run in pieces may not be)
     base = [r["base_success"] for r in rounds]
     k_d = rounds[-1]["k_at_goal"] if rounds else None
     vs = {}
@@ -413,7 +529,7 @@ def goals(summary: dict, goal_success: float) -> dict:
     return {"base_rising": bool(all(b > a for a, b in zip(base, base[1:]))) if len(base) > 1 else None,
             "base_last": base[-1] if base else None,
             "k_at_goal": vs,
-            "max_train_seconds": max((r["train_seconds"] for r in rounds), default=None)}
+            "max_train_seconds": max((r["train_seconds"] for r in trained), default=None)}
 
 
 def _rate(episodes) -> float:
@@ -424,11 +540,19 @@ def _error(episodes) -> float:
     return float(np.mean([e.final_error for e in episodes]))
 
 
-def _write(summary: dict, results: dict, out: Path, t_start: float, cfg: DistillConfig) -> dict:
-    order = [n for n in ("distilled", "distilled+refined", *BASELINES) if n in results]
-    summary["results"] = [summarize(n, results[n]) for n in order]
-    summary["per_episode"] = {n: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
-                                   "ticks": e.ticks} for e in results[n]] for n in order}
+def _record(state: dict, name: str, episodes: Sequence[EpisodeResult]) -> None:
+    """Keep a controller's evaluation (its ``results`` row and per-episode records) in ``state``."""
+    state["results"][name] = summarize(name, episodes)
+    state["per_episode"][name] = [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
+                                   "ticks": e.ticks} for e in episodes]
+
+
+def _write(state: dict, out: Path, t_start: float, cfg: DistillConfig) -> dict:
+    summary = state["summary"]
+    order = [n for n in ("distilled", "distilled+refined", *BASELINES) if n in state["results"]]
+    summary["results"] = [state["results"][n] for n in order]
+    summary["per_episode"] = {n: state["per_episode"][n] for n in order}
+    summary["rounds"] = sorted(summary["rounds"], key=lambda r: r["round"])
     summary["goals"] = goals(summary, cfg.goal_success)
     summary["wall_time_s"] = time.perf_counter() - t_start
     write_json(out / "summary.json", summary)
