@@ -396,7 +396,7 @@ def test_distill_command_runs_and_rejects_bad_input_clearly(torch, tmp_path):
             "--episodes", "1", "-k", "4", "--k-sweep", "", "--baselines", "", "--calib-episodes", "1",
             "--calib-evals", "60", "--steps", "2", "--width", "16", "--depth", "1", "--max-ticks", "4",
             "--out", str(out)]
-    res = CliRunner().invoke(app, [*args, "--budget", "0"])  # one stage, then stop
+    res = CliRunner().invoke(app, [*args, "--budget", "0.001"])  # one stage, then stop
     assert res.exit_code == 0, res.output
     assert not json.loads((out / "summary.json").read_text())["complete"]
     res = CliRunner().invoke(app, [*args, "--resume"])
