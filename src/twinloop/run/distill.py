@@ -104,7 +104,10 @@ class DistillConfig:
             (no proposer) and ``scripted+refined`` (the scripted proposer refined).
         goal_success: the success level ``k_at_goal`` asks for.
         policy: the distilled policy's architecture and training (``chunk=None``: the
-            refiner's horizon; its ``seed`` becomes ``seed``).
+            refiner's horizon; its ``seed`` becomes ``seed``). The default holds out 10% of
+            the episodes and keeps the weights of the lowest held-out loss, stopping after 4
+            evaluations without one (at most 6000 steps): on 40 push-t teacher episodes the
+            held-out loss is lowest after 500 steps and 3.4x higher after 3000.
         max_ticks: episode length (default: the task's).
         seed: seeds the world's hidden physics, the episodes, calibration and training.
         out: output folder.
@@ -122,7 +125,7 @@ class DistillConfig:
     calib_ticks: int = 60
     posterior: str | None = None
     teacher: str = "scripted"
-    collect: int = 40
+    collect: int = 400
     collect_noise: float = 0.0
     twin_dagger: int = 40
     dagger_episodes: int = 10
@@ -131,7 +134,7 @@ class DistillConfig:
     k_sweep: tuple[int, ...] = (4, 8, 16, 32)
     baselines: tuple[str, ...] = tuple(BASELINES)
     goal_success: float = 0.9
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(steps=6000, val_fraction=0.1, patience=4))
     max_ticks: int | None = None
     seed: int = 0
     out: str = "twinloop-distill"
