@@ -17,17 +17,22 @@ Each round then::
 
 Every tick's label is the refined *plan* (``(H, nu)`` actions, column ``refine.plan``), not the
 actions that happened to follow (relabelling: under DAgger the learner's actions were sent).
-Episodes are written as Parquet through :class:`~twinloop.data.Dataset` (``data/twin`` and
-``data/world`` in ``cfg.out``) as they end and read back for training; repeated samples are
-dropped (:func:`~twinloop.policies.distilled.training_arrays`). Refinement alone (no base
-policy, and the scripted proposer refined) is swept over the same Ks once, in the same twin at
-the same horizon, for the comparison "the K refinement alone needs".
+Episodes are written as Parquet through :class:`~twinloop.data.Dataset`, one dataset per
+stage (``data/twin/collect``, ``data/twin/dagger_r<r>``, ``data/world/dagger_r<r>`` in
+``cfg.out``), as they end, and read back for training; repeated samples are dropped
+(:func:`~twinloop.policies.distilled.training_arrays`). Training holds out whole episodes and
+keeps the weights of the lowest held-out loss (``cfg.policy.val_fraction``, ``patience``).
+Refinement alone (no base policy, and the scripted proposer refined) is swept over the same Ks
+once, in the same twin at the same horizon, for the comparison "the K refinement alone needs".
+
+A run is a list of stages (:func:`stages`); ``distill_state.json`` records the finished ones,
+so a run can stop at a stage boundary (``budget_s``) and resume there (``mode="resume"``).
 
 Per round: base success, refined success at K, ``min_k`` (the smallest K of the sweep whose
 refined success is within 5 points of the sweep's best), ``k_at_goal`` (the smallest K reaching
 ``goal_success``), training time. Writes to ``cfg.out``: ``summary.json`` (shared schema +
-``rounds``, ``baselines``, ``goals``), ``policy_round<r>.pt``, ``posterior.json``, ``data/``,
-``comparison.png`` and ``rounds.png``.
+``rounds``, ``baselines``, ``goals``, ``complete``), ``distill_state.json``,
+``policy_round<r>.pt``, ``posterior.json``, ``data/``, ``comparison.png`` and ``rounds.png``.
 """
 
 from __future__ import annotations
