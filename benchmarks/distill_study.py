@@ -1,0 +1,167 @@
+"""Why the distilled policy fails alone: small experiments on the data of a `twinloop distill` run.
+
+Each subcommand reads the folder of an earlier distill run (``--run``: its ``posterior.json``
+and its datasets under ``data/``) and runs one small experiment in the same shifted world, on
+the standard evaluation seeds (``DistillConfig.eval_seeds``: 0..N-1 for seed 0):
+
+- ``labels``: how predictable the teacher's labels are. Per group of episodes: mean size of a
+  label (the plan's first action relative to the pusher), the mean label difference between
+  each sample and its nearest neighbour in context space, and how far a tick's plan moved from
+  the previous tick's plan shifted by one tick (the teacher's tick-to-tick label noise).
+- ``train``: fit a policy on some groups of episodes with a held-out fraction, print the
+  held-out loss every 250 steps, evaluate it alone in the world (and in twin-worlds on its own
+  training starts), optionally save it.
+- ``execute``: a saved policy alone under chunk-execution variants (``execute``, ``ensemble``).
+- ``refine``: a saved policy refined at some Ks (optionally with policy samples as proposals).
+- ``collect``: teacher episodes (scripted + MPPI at K) in twin-worlds, optionally with DART
+  noise, into a dataset.
+
+Groups: the datasets under ``--run``/data (``twin/collect``, ``twin/dagger_r1``, ...), or
+for a run of twinloop <= the stage layout the first 40 twin episodes (``collect``), the next
+40s (``dagger1``, ``dagger2``) and the world episodes (``world``); ``--extra`` adds a dataset.
+
+Run each under the shared lock: ``flock /tmp/twinloop-cpu.lock python benchmarks/distill_study.py ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from twinloop.data import Dataset
+from twinloop.policies.distilled import DistilledPolicy, PolicyConfig, training_arrays
+from twinloop.run.distill import DistillConfig, DistillRun, Labelled
+
+
+def make_run(base: Path, scratch: Path, **kw) -> DistillRun:
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    cfg = DistillConfig(posterior=str(base / "posterior.json"), out=str(scratch), **kw)
+    run = DistillRun(cfg, scratch, log=lambda m: None)
+    run.calibrate()
+    return run
+
+
+def groups(base: Path) -> dict[str, list]:
+    data = base / "data"
+    staged = sorted(p.parent for p in data.glob("*/*/meta"))
+    if staged:
+        return {f"{p.parent.name}/{p.name}": Dataset(p).episodes() for p in staged}
+    twin, world = Dataset(data / "twin").episodes(), Dataset(data / "world").episodes()
+    return {"collect": twin[:40], "dagger1": twin[40:80], "dagger2": twin[80:], "world": world}
+
+
+def base_alone(run: DistillRun, policy, n: int, label: str) -> None:
+    t0 = time.perf_counter()
+    res = run.episodes(label, run.world, run.controller(policy, run.cfg.refiner.num_samples, refine=False),
+                       run.cfg.eval_seeds()[:n])
+    print(f"{label}: alone {sum(r.success for r in res)}/{n}, mean final error "
+          f"{np.mean([r.final_error for r in res]):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def labels(a) -> None:
+    run = make_run(a.run, a.scratch)
+    g = groups(a.run)
+    cfg = PolicyConfig(chunk=5)
+    arrays = {k: training_arrays(run.task, v, cfg, 5)[:2] for k, v in g.items()}
+    allx = np.concatenate([x for x, _ in arrays.values()])
+    mu, sd = allx.mean(0), allx.std(0) + 1e-8
+    for k, (x, y) in arrays.items():
+        keep = np.random.default_rng(0).permutation(len(x))[:3000]  # the pairwise distances fit in memory
+        x, y = x[keep], y[keep]
+        xn = (x - mu) / sd
+        d = ((xn[:, None] - xn[None]) ** 2).sum(-1)
+        np.fill_diagonal(d, np.inf)
+        nn = d.argmin(1)
+        jump = np.mean([np.abs(e.plans[1:, 0] - e.plans[:-1, 1]).mean() for e in g[k]])
+        print(f"{k}: {len(x)} samples (at most 3000 drawn), |label| {1e3 * np.abs(y[:, :2]).mean():.0f} mm, nearest-context "
+              f"distance {np.sqrt(d.min(1)).mean():.2f}, its label difference {1e3 * np.abs(y - y[nn]).mean():.0f} mm, "
+              f"plan jump tick to tick {1e3 * jump:.0f} mm")
+
+
+def train(a) -> None:
+    run = make_run(a.run, a.scratch)
+    g = groups(a.run)
+    demos = [d for k in a.groups.split(",") for d in g[k]]
+    if a.extra:
+        demos += Dataset(a.extra).episodes()
+    cfg = PolicyConfig(chunk=5, steps=a.steps, val_fraction=a.val, patience=a.patience or None)
+    policy, log = DistilledPolicy.fit(run.task, demos, cfg)
+    print(f"{len(demos)} episodes, {log.samples} training samples, {log.val_samples} held out, {log.steps} steps, "
+          f"kept step {log.best_step}, {log.seconds:.0f} s, training loss {log.losses[-1]:.3f}")
+    print("held-out loss:", " ".join(f"{s}:{v:.3f}" for s, v in zip(log.val_steps, log.val_losses)))
+    if a.save:
+        policy.save(a.save)
+    base_alone(run, policy, a.n, "world")
+    seeds = run.cfg.collect_seeds()[:10]
+    res = [run.episodes("", run.twin_world(i), run.controller(policy, 32, refine=False), [s])[0]
+           for i, s in enumerate(seeds)]
+    print(f"twin-worlds, its own training starts: alone {sum(r.success for r in res)}/10")
+
+
+def execute(a) -> None:
+    from dataclasses import replace
+
+    run = make_run(a.run, a.scratch)
+    policy = DistilledPolicy.load(a.policy, run.task)
+    base = policy.config
+    for ex, ens in [(1, None), (1, 0.0), (1, 0.5), (2, None), (3, None), (5, None)]:
+        policy.config = replace(base, execute=ex, ensemble=ens)
+        base_alone(run, policy, a.n, f"execute={ex} ensemble={ens}")
+
+
+def refine(a) -> None:
+    run = make_run(a.run, a.scratch, proposal_samples=a.proposals)
+    policy = DistilledPolicy.load(a.policy, run.task)
+    for k in map(int, a.ks.split(",")):
+        t0 = time.perf_counter()
+        res = run.episodes("", run.world, run.controller(policy, k), run.cfg.eval_seeds()[: a.n])
+        print(f"refined K={k}, {a.proposals} policy samples offered: {sum(r.success for r in res)}/{a.n}, mean final "
+              f"error {np.mean([r.final_error for r in res]):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def collect(a) -> None:
+    run = make_run(a.run, a.scratch, collect=8000)
+    seeds = run.cfg.collect_seeds()[a.start: a.start + a.count]
+    ds, _ = run.dataset("twin", "collect")
+    t0 = time.perf_counter()
+    res = run.twin_episodes("", lambda: Labelled(run.teacher(None), None, ds, noise=a.noise), seeds)
+    dt = time.perf_counter() - t0
+    print(f"{len(res)} teacher episodes, noise {a.noise}: {sum(r.success for r in res)} succeeded, {dt:.0f} s "
+          f"({dt / len(res):.2f} s each), {np.mean([r.ticks for r in res]):.0f} ticks; dataset {ds.root}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, required=True, help="folder of a twinloop distill run")
+    ap.add_argument("--scratch", type=Path, default=Path("/tmp/distill-study"), help="output folder (emptied)")
+    ap.add_argument("--n", type=int, default=20, help="evaluation episodes")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("labels")
+    t = sub.add_parser("train")
+    t.add_argument("--groups", default="collect")
+    t.add_argument("--extra", default="")
+    t.add_argument("--steps", type=int, default=4000)
+    t.add_argument("--val", type=float, default=0.2)
+    t.add_argument("--patience", type=int, default=0)
+    t.add_argument("--save", default="")
+    e = sub.add_parser("execute")
+    e.add_argument("--policy", required=True)
+    r = sub.add_parser("refine")
+    r.add_argument("--policy", required=True)
+    r.add_argument("--ks", default="4,8")
+    r.add_argument("--proposals", type=int, default=0)
+    c = sub.add_parser("collect")
+    c.add_argument("--start", type=int, default=40)
+    c.add_argument("--count", type=int, default=360)
+    c.add_argument("--noise", type=float, default=0.0)
+    a = ap.parse_args()
+    {"labels": labels, "train": train, "execute": execute, "refine": refine, "collect": collect}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
