@@ -85,6 +85,7 @@ def calibrate(
     max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
     errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out)."),
     start_samples: int = typer.Option(c.start_samples, help="Predict each window as the mean over this many noisy copies of its start (0: off)."),
+    start_iterations: int = typer.Option(c.start_iterations, help="Estimate window start positions jointly at the half-budget fit (Gauss-Newton steps; 0: off)."),
     keep_if_worse: bool = typer.Option(c.keep_if_worse, help="Keep the previous parameters when the fit makes held-out error worse."),
     delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
     holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
@@ -100,7 +101,7 @@ def calibrate(
     cfg = CalibConfig(method=method, window=window, stride=stride or None,
                       start_clearance=start_clearance or None, max_evals=max_evals,
                       errors_in_variables=errors_in_variables, start_samples=start_samples,
-                      keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
+                      start_iterations=start_iterations, keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
                       holdout_fraction=holdout, particles=particles, seed=seed)
     t, eps, world = load_episodes(task, dataset, lerobot, column_map, fps)
     space = t.param_space()
