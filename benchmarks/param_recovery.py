@@ -86,7 +86,8 @@ def run(args) -> list[dict]:
                     trajs = [record_trajectory(world, task.excitation(1000 * seed + j, kind), 1000 * seed + j,
                                                args.ticks) for j in range(n_traj)]
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
-                                      errors_in_variables=not args.no_eiv, start_samples=args.start_samples)
+                                      errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
+                                      start_iterations=args.start_iterations)
                     t0 = time.perf_counter()
                     post = calibrate(task, trajs, space, config=cfg)
                     secs.append(time.perf_counter() - t0)
@@ -111,7 +112,7 @@ def table(rows: list[dict], args) -> Table:
     t = Table(title=f"parameter recovery (friction, mass): {args.seeds} seeds, budget {args.max_evals} evaluations, "
                     f"noise {args.pos_noise * 1000:g} mm / {args.ang_noise:g} rad / {args.vel_noise:g} m/s, "
                     f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
-                    f"start samples {args.start_samples}")
+                    f"start samples {args.start_samples}, start iterations {args.start_iterations}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
         t.add_column(c, justify="left" if c in ("task", "method", "excitation") else "right")
@@ -134,6 +135,8 @@ def main() -> None:
     p.add_argument("--window", type=int, default=CalibConfig.window, help="calibration window (ticks)")
     p.add_argument("--no-eiv", action="store_true", help="trust window starts (no errors in variables)")
     p.add_argument("--start-samples", type=int, default=0, help="average each window over this many noisy starts")
+    p.add_argument("--start-iterations", type=int, default=CalibConfig.start_iterations,
+                   help="estimate each window's start jointly with the parameters (Gauss-Newton steps; 0: off)")
     p.add_argument("--cases", nargs="+", default=["excite", "constant"], help="excitation kinds (constant: 3 trajectories)")
     p.add_argument("--pos-noise", type=float, default=1e-3, help="position noise std (m)")
     p.add_argument("--ang-noise", type=float, default=1e-2, help="angle noise std (rad)")

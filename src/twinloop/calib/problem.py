@@ -40,6 +40,11 @@ class WindowProblem:
         delay: actuation delay of the replay (physics steps), on top of a fitted one.
         whiten: per window group ``(B, m_w, m_w)`` inverse Cholesky factors of the residual's
             covariance under start-state noise (``None``: the plain weighted errors).
+        start_jac: per window group ``(B, m_w, k)`` sensitivity ``A`` of the residual to the
+            start, per error unit of each compared component (set with ``whiten``).
+        offsets: per window group ``(B, k)`` start corrections ``e`` (error units, compared
+            components) already added to the windows' starts, the recorded start plus
+            ``e * scale`` (see :meth:`with_start_estimate`); ``None``: the recorded starts.
         start_samples: ``M > 0`` predicts each window as the mean over ``M`` replays from its
             recorded start plus Gaussian noise of one error unit on the compared positions
             (fixed, seeded draws: a smooth, deterministic objective), i.e. the expected
@@ -55,6 +60,8 @@ class WindowProblem:
     delay: float = 0
     whiten: tuple[np.ndarray, ...] | None = None
     start_samples: int = 0
+    start_jac: tuple[np.ndarray, ...] | None = None
+    offsets: tuple[np.ndarray, ...] | None = None
 
     def __post_init__(self):
         if not callable(getattr(self.twin, "rollout_many", None)):
@@ -127,7 +134,13 @@ class WindowProblem:
         the plain weighted state errors)."""
         params = np.atleast_2d(params)
         r = np.concatenate([self._raw(w, params).reshape(len(params), -1) for w in self.windows], axis=1)
-        return self.whitened(r) if whiten else r
+        if not whiten:
+            return r
+        if self.offsets is not None:
+            # profile the start noise around the corrected start: r + A (u - e), prior |u|^2
+            r = r - np.concatenate([np.einsum("bik,bk->bi", A, e).reshape(-1)
+                                    for A, e in zip(self.start_jac, self.offsets, strict=True)])
+        return self.whitened(r)
 
     def whitened(self, r: np.ndarray) -> np.ndarray:
         """``(..., m)`` residual-ordered rows -> the same rows whitened (identity without a
@@ -165,7 +178,7 @@ class WindowProblem:
         """
         comps = np.flatnonzero(self.error.mask)
         k = len(comps)
-        whiten = []
+        whiten, jacs = [], []
         p = np.asarray(x, dtype=float)[None]
         for w in self.windows:
             B = len(w)
@@ -179,9 +192,74 @@ class WindowProblem:
             r = self._raw(rep, p)[0].reshape(2 * k, B, -1)
             A = ((r[:k] - r[k:]) / (2 * step)).transpose(1, 2, 0)  # (B, m_w, k)
             A = np.where(np.abs(A) < BAD / (4 * step), A, 0.0)  # an unstable copy says nothing
-            S = np.eye(A.shape[1]) + A @ A.transpose(0, 2, 1)
+            S = np.eye(A.shape[1]) + A @ A.transpose(0, 2, 1)  # all start components noisy
             whiten.append(np.linalg.inv(np.linalg.cholesky(S)))
-        return replace(self, whiten=tuple(whiten))
+            jacs.append(A)
+        offsets = self.offsets or tuple(np.zeros((len(w), k)) for w in self.windows)
+        return replace(self, whiten=tuple(whiten), start_jac=tuple(jacs), offsets=offsets)
+
+    def with_start_estimate(self, x: np.ndarray, iterations: int = 3) -> WindowProblem:
+        """Joint start estimation: each window's start positions moved to their most likely
+        true values at ``x``, then the start sensitivity measured again there
+        (:meth:`with_start_noise`).
+
+        Linearized errors in variables (:meth:`with_start_noise`) profiles the start noise out
+        around the *recorded* start; where the dynamics are nonlinear in the start (a contact
+        that begins a millimetre earlier), that linearization is off by the noise itself. Here
+        each window's correction ``e`` (error units) of its compared *positions* minimizes
+        ``|r(x, e)|^2 + |e|^2`` (its residuals plus the start observation itself), by
+        ``iterations`` Gauss-Newton steps with the sensitivity ``A`` held fixed, all windows
+        in one batched evaluation per trial (a window whose cost rises halves its step). Start
+        velocities stay as recorded: a velocity offset has the leverage of a whole window and
+        absorbs the friction and mass signal (block-push: moving them too, and estimating at the
+        starting point as well, raised the median error from 3.4% to 4.6%). The new starts are the recorded ones plus ``e * scale``; the returned
+        problem whitens ``r - A e`` around them, so a fit still weighs every start as an
+        observation. Needs a problem with :meth:`with_start_noise` applied. Costs at most
+        :meth:`start_estimate_cost` evaluations.
+        """
+        if self.start_jac is None:
+            raise TwinloopError("with_start_estimate needs the start sensitivity: call with_start_noise(x) first")
+        k = int(self.error.mask.sum())
+        p = np.asarray(x, dtype=float)[None]
+        rec = [self._shift(w, -e) for w, e in zip(self.windows, self.offsets, strict=True)]  # recorded starts
+        e = list(self.offsets)
+        pos = np.flatnonzero(self.error.mask) < self.twin.model.nq  # (k,) compared positions: the free part
+        for g, (w, A) in enumerate(zip(rec, self.start_jac, strict=True)):
+            A = A * pos
+            r0, cost = self._start_cost(w, p, e[g])
+            for _ in range(iterations):
+                # min_u |r0 + A (u - e)|^2 + |u|^2, one linear solve per window
+                H = np.eye(k) + A.transpose(0, 2, 1) @ A
+                rhs = np.einsum("bik,bi->bk", A, np.einsum("bik,bk->bi", A, e[g]) - r0)
+                step = np.linalg.solve(H, rhs[..., None])[..., 0] - e[g]
+                for _half in range(2):  # a window whose cost rose tries half the step
+                    r1, c = self._start_cost(w, p, e[g] + step)
+                    better = c < cost
+                    e[g] = np.where(better[:, None], e[g] + step, e[g])
+                    r0 = np.where(better[:, None], r1, r0)
+                    cost = np.where(better, c, cost)
+                    if better.all():
+                        break
+                    step = np.where(better[:, None], 0.0, 0.5 * step)
+        moved = replace(self, windows=tuple(self._shift(w, ei) for w, ei in zip(rec, e, strict=True)),
+                        offsets=tuple(e))
+        return moved.with_start_noise(x)
+
+    def start_estimate_cost(self, iterations: int) -> int:
+        """Parameter-vector equivalents :meth:`with_start_estimate` simulates at most."""
+        return 1 + 2 * iterations + self.start_noise_cost
+
+    def _shift(self, w: Windows, e: np.ndarray) -> Windows:
+        """``w`` with its starts moved by ``e`` ``(B, k)`` error units of the compared components."""
+        d = np.zeros_like(w.starts)
+        d[:, self.error.mask] = e * self.error.scale[self.error.mask]
+        return replace(w, starts=w.starts + d)
+
+    def _start_cost(self, w: Windows, p: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(B, m_w)`` residuals and ``(B,)`` cost ``|r|^2 + |e|^2`` of windows ``w`` started
+        ``e`` away, at the one parameter vector ``p`` ``(1, n)``."""
+        r = self._raw(self._shift(w, e), p)[0]
+        return r, (r**2).sum(axis=1) + (e**2).sum(axis=1)
 
     def window_blocks(self) -> np.ndarray:
         """``(m,)`` window id of each residual entry (for cluster-robust covariance)."""

@@ -11,7 +11,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from twinloop.calib.fit import METHODS, CalibConfig
 from twinloop.calib.fit import calibrate as fit
 from twinloop.calib.gap import METRICS
-from twinloop.cli.common import console, executor_options, guard, one_of, progress_bar
+from twinloop.cli.common import (
+    NOISE_HELP,
+    console,
+    executor_options,
+    guard,
+    one_of,
+    optimizer_help,
+    progress_bar,
+)
 from twinloop.data import Dataset, load_lerobot
 from twinloop.errors import TwinloopError, number
 from twinloop.io import out_mode, output_folder, write_json
@@ -85,6 +93,7 @@ def calibrate(
     max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
     errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out)."),
     start_samples: int = typer.Option(c.start_samples, help="Predict each window as the mean over this many noisy copies of its start (0: off)."),
+    start_iterations: int = typer.Option(c.start_iterations, help="Estimate window start positions jointly at the half-budget fit (Gauss-Newton steps; 0: off)."),
     keep_if_worse: bool = typer.Option(c.keep_if_worse, help="Keep the previous parameters when the fit makes held-out error worse."),
     delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
     holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
@@ -100,7 +109,7 @@ def calibrate(
     cfg = CalibConfig(method=method, window=window, stride=stride or None,
                       start_clearance=start_clearance or None, max_evals=max_evals,
                       errors_in_variables=errors_in_variables, start_samples=start_samples,
-                      keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
+                      start_iterations=start_iterations, keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
                       holdout_fraction=holdout, particles=particles, seed=seed)
     t, eps, world = load_episodes(task, dataset, lerobot, column_map, fps)
     space = t.param_space()
@@ -143,7 +152,8 @@ def rsr(
     errors_in_variables: bool = typer.Option(r.calib.errors_in_variables, help="Calibration treats window starts as noisy observations."),
     gap_metric: str = typer.Option(r.gap.metric, help=one_of(METRICS)),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
-    optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZERS)),
+    optimizer: str = typer.Option(None, help=optimizer_help(OPTIMIZERS)),
+    noise: float = typer.Option(0.0, help=NOISE_HELP),
     num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
     horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     seed: int = typer.Option(r.seed),
@@ -159,7 +169,7 @@ def rsr(
                     params=_names(params), particles=particles,
                     calib=replace(r.calib, method=method, window=window, max_evals=max_evals,
                                   errors_in_variables=errors_in_variables),
-                    gap=replace(r.gap, metric=gap_metric), proposer=proposer, optimizer=optimizer,
+                    gap=replace(r.gap, metric=gap_metric), proposer=proposer, optimizer=optimizer, noise=noise or None,
                     refiner=replace(r.refiner, num_samples=num_samples, horizon=horizon), seed=seed)
     with executor_options(executor, address) as ex:
         loop = RSRLoop(cfg, out, mode=out_mode(resume, overwrite), executor=ex)
