@@ -422,3 +422,28 @@ def test_a_saved_policy_is_usable_from_an_evaluate_policy_spec(trained, task, tm
     np.testing.assert_array_equal(controller.proposer.propose(obs), policy.propose(obs))
     r = run_episodes(SimWorld(task), controller, [0], max_ticks=3, record=False)[0]
     assert r.ticks == 3 and r.fallbacks == 0
+
+
+def test_collection_noise_perturbs_the_sent_actions_not_the_labels_and_is_seeded(tmp_path):
+    from twinloop.control import Controller, Refiner
+    from twinloop.plan import make_optimizer
+    from twinloop.run.distill import Labelled
+    from twinloop.run.experiment import run_episodes
+    from twinloop.twin import make_twin
+    from twinloop.worlds import SimWorld
+
+    task = make_task("block-push")
+    info = {"fps": 1.0 / task.control_period, "task": task.name}
+
+    def episode(name, noise, seed=3):
+        refiner = Refiner(task, make_twin("mujoco", task.model), make_optimizer("mppi"), RefinerConfig(num_samples=4, horizon=0.3))
+        ds = Dataset.create(tmp_path / name, info)
+        lab = Labelled(Controller(refiner, task.default_proposer()), None, ds, noise=noise)
+        run_episodes(SimWorld(task), lab, [seed], max_ticks=4, record=False, progress=lab.finish)
+        return ds.read(0)
+
+    clean, noisy, again = episode("a", 0.0), episode("b", 0.05), episode("c", 0.05)
+    np.testing.assert_array_equal(clean.actions, clean.plans[:, 0])  # without noise the label is what was sent
+    np.testing.assert_array_equal(noisy.plans[0], clean.plans[0])  # the first label, before any noise acted
+    assert 0.005 < np.abs(noisy.actions - noisy.plans[:, 0]).mean() < 0.1  # ~5% of a 0.6 m range
+    np.testing.assert_array_equal(noisy.actions, again.actions)
