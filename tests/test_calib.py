@@ -346,11 +346,21 @@ def test_start_estimate_moves_noisy_start_positions_toward_the_true_ones(task, s
         problem.with_start_estimate(TRUTH)
 
 
-def test_errors_in_variables_needs_budget_for_the_start_sensitivity(task, space, excited):
+def test_errors_in_variables_asked_for_needs_budget_for_the_start_sensitivity(task, space, excited):
     with pytest.raises(TwinloopError, match="errors in variables"):
-        calibrate(task, excited, space, config=CalibConfig(max_evals=30))
+        calibrate(task, excited, space, config=CalibConfig(max_evals=30, errors_in_variables=True))
     post = calibrate(task, excited, space, config=CalibConfig(max_evals=30, errors_in_variables=False))
-    assert post.n_evals <= 30
+    assert post.n_evals <= 30 and not post.errors_in_variables
+
+
+def test_by_default_errors_in_variables_are_used_when_the_budget_affords_them_and_the_report_says_so(
+        task, space, excited):
+    small = calibrate(task, excited, space, config=CalibConfig(max_evals=30))  # what errors in variables would cost
+    assert small.n_evals <= 30 and not small.errors_in_variables
+    assert "window starts trusted as recorded" in small.report()
+    assert not Posterior.from_dict(small.to_dict()).errors_in_variables
+    ample = calibrate(task, excited, space, config=CalibConfig(max_evals=120))
+    assert ample.errors_in_variables and "trusted as recorded" not in ample.report()
 
 
 # -- profile check -----------------------------------------------------------------------------

@@ -60,7 +60,10 @@ class CalibConfig:
             copies of its start (see :class:`~twinloop.calib.problem.WindowProblem`); 0: off.
         errors_in_variables: treat each window's recorded start state as a noisy observation
             (with the noise the error units imply) and profile its noise out, see
-            :meth:`~twinloop.calib.problem.WindowProblem.with_start_noise`; False trusts the starts.
+            :meth:`~twinloop.calib.problem.WindowProblem.with_start_noise`; False trusts the starts;
+            ``None`` (default): when ``max_evals`` affords it (its cost grows with the compared
+            state: a towel's needs ~650 evaluations), else trust the starts and say so
+            (``Posterior.errors_in_variables``, the report).
         start_iterations: with errors in variables, estimate each window's true start
             positions at the half-budget fit (this many Gauss-Newton steps, see
             :meth:`~twinloop.calib.problem.WindowProblem.with_start_estimate`) and fit the rest
@@ -100,7 +103,7 @@ class CalibConfig:
     angle_scale: float = 5e-2
     vel_scale: float = 2e-2
     use_velocity: bool = True
-    errors_in_variables: bool = True
+    errors_in_variables: bool | None = None
     start_samples: int = 0
     start_iterations: int = 0
     delay_steps: int | None = 0
@@ -144,8 +147,9 @@ class CalibConfig:
         object.__setattr__(self, "null_tol", number(self.null_tol, "null_tol", low=0, high=1, low_open=True,
                                                     high_open=True))
         for k in ("use_velocity", "errors_in_variables", "keep_if_worse"):
-            if not isinstance(getattr(self, k), (bool, np.bool_)):
-                raise TwinloopError(f"{k} must be True or False, got {getattr(self, k)!r}")
+            v = getattr(self, k)
+            if not isinstance(v, (bool, np.bool_)) and not (k == "errors_in_variables" and v is None):
+                raise TwinloopError(f"{k} must be True or False{' or None' * (k == 'errors_in_variables')}, got {v!r}")
 
 
 def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, method: str | None = None,
@@ -196,8 +200,11 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     if cfg.delay_steps is None:
         d, n = best_delay(problem, x0, delays)
         problem, spent = problem.with_delay(d), spent + n
-    if cfg.errors_in_variables:
+    eiv = cfg.errors_in_variables
+    if eiv is not False:
         later = problem.start_estimate_cost(cfg.start_iterations) if cfg.start_iterations else problem.start_noise_cost
+        eiv = eiv or spent + problem.start_noise_cost + later <= cfg.max_evals
+    if eiv:
         if spent + problem.start_noise_cost + later > cfg.max_evals:
             raise TwinloopError(
                 f"max_evals={cfg.max_evals} is too small for errors in variables: measuring how each window "
@@ -207,7 +214,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
             )
         problem, spent = _with_starts(problem, x0, cfg), spent + _start_cost(problem, cfg)
     start = x0
-    if cfg.delay_steps is None or cfg.errors_in_variables:
+    if cfg.delay_steps is None or eiv:
         # the delay and the start-noise sensitivity are judged at x0, which may be off: fit with
         # half the budget, judge them again at that fit, and spend the rest from there
         first = Objective(problem, (cfg.max_evals + spent) // 2 - spent, progress, spent)
@@ -217,7 +224,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         if cfg.delay_steps is None:
             d, n = best_delay(problem, x1, delays)
             problem, spent = problem.with_delay(d), spent + n
-        if cfg.errors_in_variables and spent + _start_cost(problem, cfg) < cfg.max_evals:
+        if eiv and spent + _start_cost(problem, cfg) < cfg.max_evals:
             problem, spent = _with_starts(problem, x1, cfg), spent + _start_cost(problem, cfg)
         start = x1
     fn = Objective(problem, max(cfg.max_evals - spent, 2), progress, spent)
@@ -245,7 +252,8 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         train_error=(_rms(r0), _rms(r_fit)), holdout_error=hold_err, n_evals=n_fit,
         sim_steps=n_fit * problem.steps_per_eval, posterior_evals=local.n_evals, delay_steps=int(problem.delay),
         n_windows=sum(len(w) for w in problem.windows), n_transitions=sum(t.ticks for t in train),
-        seconds=time.perf_counter() - t_start, x0=x0, kept_previous=bool(kept), fitted=x.copy(), **post,
+        seconds=time.perf_counter() - t_start, x0=x0, kept_previous=bool(kept), fitted=x.copy(),
+        errors_in_variables=bool(eiv), **post,
     )
 
 

@@ -73,6 +73,8 @@ class Posterior:
             looked), see :func:`profile_factors`.
         kept_previous: the fit made held-out error worse, so ``estimate`` is the starting
             point ``x0`` (the previous parameters), not the fit; fitted: the fit's own estimate.
+        errors_in_variables: the fit treated window starts as noisy observations (False: it
+            trusted them, asked to or because the budget could not afford it).
     """
 
     names: list[str]
@@ -104,6 +106,7 @@ class Posterior:
     profile_factors: np.ndarray = field(default_factory=lambda: np.zeros(0))
     kept_previous: bool = False
     fitted: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    errors_in_variables: bool = True
 
     @property
     def std(self) -> np.ndarray:

@@ -48,6 +48,8 @@ def format_report(post: Posterior, truth=None) -> str:
     tb, ta = post.train_error
     hb, ha = post.holdout_error
     lines.append(f"  state error (RMS, error units): train {tb:.3g} -> {ta:.3g}; holdout {hb:.3g} -> {ha:.3g}")
+    if not post.errors_in_variables:
+        lines.append("  window starts trusted as recorded (no errors in variables): noisy starts bias the fit")
     if post.kept_previous:
         lines.append(f"  FIT REJECTED: it made held-out error worse ({hb:.3g} -> {ha:.3g}); the estimate is the "
                      "previous parameters (the fit's own values are in 'fitted')")
