@@ -200,21 +200,22 @@ class Refiner:
         self.params = None if params is None else self.twin.param_space.check(np.atleast_2d(params), "params")
 
     def plan_from_actions(self, actions) -> Plan:
-        """A plan from a ``(H', nu)`` per-tick action chunk (held past its end)."""
-        return Plan(self.basis.knots_from_ticks(actions), self.spec)
+        """The plan that sends exactly a ``(H', nu)`` per-tick action chunk (held past its end):
+        knots, and the chunk's detail they cannot express (see :class:`~twinloop.plan.Plan`)."""
+        return self.basis.plan_from_ticks(actions)
 
     def hold_plan(self, action) -> Plan:
         return Plan.constant(self.spec, action)
 
-    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
-        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``. With
-        ``config.prune`` the candidates dropped at the prune point (never the first ``keep``)
-        hold their state from there and cost ``inf``."""
-        return self._evaluate(state, knots, keep)[:2]
+    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None):
+        """Roll out ``(K, N, nu)`` knots (each plus the ``(H, nu)`` per-tick ``detail``); returns
+        ``(rollouts, (K,) aggregated costs)``. With ``config.prune`` the candidates dropped at
+        the prune point (never the first ``keep``) hold their state from there and cost ``inf``."""
+        return self._evaluate(state, knots, keep, detail)[:2]
 
-    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
+    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None):
         """:meth:`evaluate`, and the physics steps it simulated."""
-        ctrl = self.basis.controls(knots)
+        ctrl = self.basis.controls(knots, detail)
         if not self.prune_step:
             r = self.twin.rollout(state, ctrl, self.params)
             return r, self.score(r), r.ok.size * ctrl.shape[1]
@@ -261,6 +262,11 @@ class Refiner:
                proposals: np.ndarray | None = None, carry: np.ndarray | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
+        Every candidate is rolled out with the prior's per-tick ``detail`` (what its knots cannot
+        express: a grasp closing between two ticks), so the prior is rehearsed, and if it wins
+        sent, exactly as proposed, and candidates near it keep its steps; the returned plan
+        carries that detail.
+
         Args:
             state: ``(nstate,)`` twin state.
             prior: base proposal (e.g. a policy's action chunk as a plan), or ``None``.
@@ -284,7 +290,11 @@ class Refiner:
                 raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
             if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
                 raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
+            if p is not None and p.detail is not None and p.detail.shape != (self.spec.horizon_ticks, self.spec.nu):
+                raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
+                                    f"{(self.spec.horizon_ticks, self.spec.nu)}")
         pk = None if prior is None else prior.knots
+        detail = None if prior is None else prior.detail
         ostate = self.optimizer.init(warm.knots, pk, lo, hi)
         if proposals is not None:
             ostate = ostate.with_(proposals=np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi))
@@ -307,7 +317,7 @@ class Refiner:
             n_new = cfg.num_samples - len(head)
             sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
             cand = np.clip(np.concatenate([head, sampled]), lo, hi)
-            r, c, steps = self._evaluate(s, cand, keep=len(incumbent))
+            r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail)
             n_steps += steps
             n_roll += r.ok.size
             n_bad += r.n_unstable
@@ -330,7 +340,7 @@ class Refiner:
             order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")
             elites = cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
         return RefineResult(
-            plan=Plan(best_k, self.spec), cost=best_c, prior_cost=prior_c, iterations=it,
+            plan=Plan(best_k, self.spec, detail), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
             rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
             optimizer_info=dict(ostate.info),
