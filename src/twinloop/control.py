@@ -262,10 +262,11 @@ class Refiner:
                proposals: np.ndarray | None = None, carry: np.ndarray | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
-        Every candidate is rolled out with the prior's per-tick ``detail`` (what its knots cannot
-        express: a grasp closing between two ticks), so the prior is rehearsed, and if it wins
-        sent, exactly as proposed, and candidates near it keep its steps; the returned plan
-        carries that detail.
+        A plan's per-tick ``detail`` (what its knots cannot express: a grasp closing between two
+        ticks) travels with it: the prior is rehearsed, and if it wins sent, exactly as
+        proposed; the warm plan and the samples drawn around it carry the warm plan's detail
+        (on the first tick, when the warm start is the prior, the prior's steps); the returned
+        plan carries its own.
 
         Args:
             state: ``(nstate,)`` twin state.
@@ -294,7 +295,7 @@ class Refiner:
                 raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
                                     f"{(self.spec.horizon_ticks, self.spec.nu)}")
         pk = None if prior is None else prior.knots
-        detail = None if prior is None else prior.detail
+        details = self._details(warm, prior)
         ostate = self.optimizer.init(warm.knots, pk, lo, hi)
         if proposals is not None:
             ostate = ostate.with_(proposals=np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi))
@@ -317,6 +318,10 @@ class Refiner:
             n_new = cfg.num_samples - len(head)
             sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
             cand = np.clip(np.concatenate([head, sampled]), lo, hi)
+            detail = None
+            if details is not None:  # the warm plan's for every candidate, the prior's for it (row 1)
+                detail = np.repeat(details[:1], len(cand), axis=0)
+                detail[1:2] = details[1:]
             r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail)
             n_steps += steps
             n_roll += r.ok.size
@@ -328,6 +333,7 @@ class Refiner:
                 j = int(np.argmin(np.where(finite, c, np.inf)))
                 if c[j] < best_c:
                     best_c, best_k = float(c[j]), cand[j].copy()
+                    best_d = None if detail is None else detail[j]
                 fb = self._feedback(r, cand, c) if it + 1 < cfg.iterations else None
                 ostate = self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
             last_r, last_c = r, c
@@ -340,11 +346,20 @@ class Refiner:
             order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")
             elites = cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
         return RefineResult(
-            plan=Plan(best_k, self.spec, detail), cost=best_c, prior_cost=prior_c, iterations=it,
+            plan=Plan(best_k, self.spec, best_d), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
             rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
             optimizer_info=dict(ostate.info),
         )
+
+    def _details(self, warm: Plan, prior: Plan | None) -> np.ndarray | None:
+        """``(1 or 2, H, nu)``: the warm plan's per-tick detail (which its samples share), then
+        the prior's; ``None`` when neither has any."""
+        if warm.detail is None and (prior is None or prior.detail is None):
+            return None
+        zero = np.zeros((self.spec.horizon_ticks, self.spec.nu))
+        own = zero if warm.detail is None else warm.detail
+        return np.stack([own] + ([] if prior is None else [zero if prior.detail is None else prior.detail]))
 
     def _feedback(self, r: Rollouts, cand: np.ndarray, costs: np.ndarray) -> Feedback:
         """What the batch did, for an optimizer that reasons over rollouts (see ``Feedback``)."""
