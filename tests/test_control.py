@@ -78,6 +78,16 @@ def test_a_refiner_that_keeps_the_prior_rehearses_and_sends_it_exactly(task, twi
     assert res.prior_cost == pytest.approx(float(exact[0]))
 
 
+def test_samples_around_a_warm_plan_keep_its_detail(task, twin):
+    # last tick's plan, made from a chunk with a step, shifted: its samples keep the step
+    ref = Refiner(task, twin, make_optimizer("predictive", noise=1e-9), RefinerConfig(num_samples=4, horizon=0.5))
+    s = task.initial_state(np.random.default_rng(0))
+    chunk = np.tile(s[:2], (ref.spec.horizon_ticks, 1))
+    chunk[2:] += [0.03, -0.02]
+    res = ref.refine(s, warm=ref.plan_from_actions(chunk))
+    np.testing.assert_allclose(res.plan.actions(), chunk, atol=1e-6)
+
+
 def test_refinement_lowers_the_cost_of_a_poor_start(task, twin):
     ref = refiner(task, twin, iterations=4, num_samples=32)
     s = task.initial_state(np.random.default_rng(1))

@@ -321,7 +321,8 @@ class Refiner:
             detail = None
             if details is not None:  # the warm plan's for every candidate, the prior's for it (row 1)
                 detail = np.repeat(details[:1], len(cand), axis=0)
-                detail[1:2] = details[1:]
+                if len(details) > 1:
+                    detail[1] = details[1]
             r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail)
             n_steps += steps
             n_roll += r.ok.size
