@@ -66,6 +66,10 @@ class RefinerConfig:
         prune: fraction of the horizon after which the worst candidates stop (0: never).
         prune_keep: fraction of the candidates that continue past ``prune``.
         carry: last tick's best candidates carried into this tick's batch.
+        exact_prior: rehearse and send a proposer's action chunk exactly: a plan made from it
+            keeps what its knots cannot express as per-tick ``detail`` (a grasp closing between
+            two ticks; see :class:`~twinloop.plan.Plan`). Off: the chunk's least-squares knots,
+            a smoothed copy of it.
     """
 
     num_samples: int = 64
@@ -80,6 +84,7 @@ class RefinerConfig:
     prune: float = 0.0
     prune_keep: float = 0.5
     carry: int = 0
+    exact_prior: bool = False
 
     def __post_init__(self):
         checked = {
@@ -200,9 +205,11 @@ class Refiner:
         self.params = None if params is None else self.twin.param_space.check(np.atleast_2d(params), "params")
 
     def plan_from_actions(self, actions) -> Plan:
-        """The plan that sends exactly a ``(H', nu)`` per-tick action chunk (held past its end):
-        knots, and the chunk's detail they cannot express (see :class:`~twinloop.plan.Plan`)."""
-        return self.basis.plan_from_ticks(actions)
+        """A plan from a ``(H', nu)`` per-tick action chunk (held past its end): its
+        least-squares knots, and with ``config.exact_prior`` the chunk's detail they cannot
+        express, so that the plan sends the chunk exactly (see :class:`~twinloop.plan.Plan`)."""
+        plan = self.basis.plan_from_ticks(actions)
+        return plan if self.config.exact_prior else Plan(plan.knots, self.spec)
 
     def hold_plan(self, action) -> Plan:
         return Plan.constant(self.spec, action)
