@@ -6,8 +6,9 @@ evaluated at the H tick times and each value is held for ``substeps`` physics st
 Evaluation is a fixed linear map of the knots (``W @ knots``), so a batch of K plans is one
 matrix product.
 
-A plan made from a per-tick action chunk (a base proposal) keeps what its N knots cannot
-express as ``detail``, ``(H, nu)`` per-tick actions added to the spline's: a grasp that closes
+A plan made from a per-tick action chunk (a base proposal) may keep what its N knots cannot
+express as ``detail`` (``PlanBasis.plan_from_ticks``; the refiner does so with
+``RefinerConfig.exact_prior``), ``(H, nu)`` per-tick actions added to the spline's: a grasp that closes
 between two ticks, a fast swing. Without it the plan the refiner rehearses and sends in place
 of the proposal is a smoothed copy of it, and an open-loop chunk replayed tick by tick drifts
 from its own timeline one smoothing error at a time.
