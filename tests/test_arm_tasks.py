@@ -8,10 +8,14 @@ import pytest
 from twinloop.errors import TwinloopError
 from twinloop.plan import MPPI, PredictiveSampling
 from twinloop.run.compare import RunConfig, build
+from twinloop.run.distill import DistillConfig
+from twinloop.run.policy import PolicySpec
+from twinloop.run.rsr import RSRConfig, rsr_controller
 from twinloop.tasks import make_task
 from twinloop.tasks.arm import N_ARM_Q, joint_servo_model, yaw_quat
 from twinloop.tasks.base import Traj
 from twinloop.tasks.pivot import lean_quat
+from twinloop.twin import make_twin
 from twinloop.worlds import ShiftedWorld, SimWorld
 
 ARM_TASKS = ("push-upright", "pivot", "peg-insert")
@@ -150,6 +154,24 @@ def test_an_optimizer_and_noise_given_to_a_run_override_the_tasks():
 def test_a_task_without_preferences_runs_mppi_at_its_own_noise():
     cfg = RunConfig(task="block-push")
     assert (cfg.optimizer, cfg.noise) == ("mppi", None)
+
+
+def test_the_rsr_loop_plans_with_the_tasks_optimizer_and_noise():
+    cfg = RSRConfig(task="pivot")
+    _, ctl = rsr_controller(cfg, None, None, beta=0.0)
+    assert ctl.refiner.optimizer == PredictiveSampling(noise=0.05)
+    assert RSRConfig(task="pivot", optimizer="cem", noise=0.2).optimizer == "cem"
+
+
+def test_distill_plans_with_the_tasks_optimizer_and_noise_unless_told():
+    assert (DistillConfig(task="peg-insert").optimizer, DistillConfig(task="peg-insert").noise) == ("predictive", 0.05)
+    assert (DistillConfig(task="push-t").optimizer, DistillConfig(task="push-t").noise) == ("mppi", None)
+    assert DistillConfig(task="peg-insert", optimizer="mppi", noise=0.3).noise == 0.3
+
+
+def test_an_evaluated_policy_plans_at_the_tasks_noise_with_its_own_optimizer(tasks):
+    refiner = PolicySpec.parse("scripted+mppi@k=8").make_refiner(tasks["pivot"], make_twin("mujoco", tasks["pivot"].model))
+    assert refiner.optimizer == MPPI(noise=0.05)
 
 
 # -- push-upright ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from twinloop.cli import app
 from twinloop.errors import TwinloopError
 from twinloop.policies import NoisyProposer, make_proposer
 from twinloop.run.engines import plan_changes
-from twinloop.run.evaluate import EvaluateConfig, ranking_metrics, run_evaluation
+from twinloop.run.evaluate import EvaluateConfig, pool_evaluations, ranking_metrics, run_evaluation
 from twinloop.run.policy import PolicySpec
 from twinloop.twin.engine import Engine
 from twinloop.worlds import ShiftedWorld, TwinWorld
@@ -148,6 +148,45 @@ def test_ranking_metrics_of_a_perfect_twin_and_intervals_around_the_point():
     for k in ("pearson", "spearman", "mmrv"):
         lo, hi = m[f"{k}_ci"]
         assert lo <= m[k] + 1e-9 and m[k] <= hi + 1e-9 and hi - lo > 0
+
+
+def _summary(world_out, twin_out, seeds, world="shifted", estimate=None):
+    """A summary.json's pooled parts: per-episode outcomes of policies (rows) on ``seeds``."""
+    def side(out):
+        return {f"p{i}": [{"seed": s, "success": bool(o)} for s, o in zip(seeds, row, strict=True)]
+                for i, row in enumerate(out)}
+    return {"world": world, "per_episode": {"world": side(world_out), "calibrated": side(twin_out)},
+            "evaluation": {"calibration": {"estimate": estimate or {"friction": 0.7}}}}
+
+
+def test_pooled_runs_on_disjoint_seeds_are_one_evaluation_of_all_their_episodes():
+    rng = np.random.default_rng(1)
+    w, t = ((rng.random((3, 30)) < np.array([[0.1], [0.5], [0.9]])).astype(float) for _ in range(2))
+    seeds = list(range(30))
+    pieces = [_summary(w[:, :12], t[:, :12], seeds[:12]), _summary(w[:, 12:], t[:, 12:], seeds[12:])]
+    pooled = pool_evaluations(pieces, "calibrated", n_boot=100)
+    whole = ranking_metrics(t, w, n_boot=100)
+    assert pooled["episodes"] == 30 and pooled["pearson"] == whole["pearson"] and pooled["mmrv"] == whole["mmrv"]
+    assert [p["world_success"] for p in pooled["policies"]] == list(w.mean(axis=1))
+
+
+def test_pooling_refuses_repeated_seeds_other_worlds_other_twins_and_uneven_counts():
+    one = np.ones((2, 4))
+    with pytest.raises(TwinloopError, match="seed twice"):
+        pool_evaluations([_summary(one, one, [0, 1, 2, 3]), _summary(one, one, [3, 4, 5, 6])], "calibrated")
+    with pytest.raises(TwinloopError, match="world differs"):
+        pool_evaluations([_summary(one, one, [0, 1, 2, 3]), _summary(one, one, [4, 5, 6, 7], world="nominal")],
+                         "calibrated")
+    with pytest.raises(TwinloopError, match="calibration differs"):
+        pool_evaluations([_summary(one, one, [0, 1, 2, 3]),
+                          _summary(one, one, [4, 5, 6, 7], estimate={"friction": 0.9})], "calibrated")
+    uneven = _summary(one, one, [0, 1, 2, 3])
+    uneven["per_episode"]["world"]["p0"] = uneven["per_episode"]["world"]["p0"][:2]
+    uneven["per_episode"]["calibrated"]["p0"] = uneven["per_episode"]["calibrated"]["p0"][:2]
+    with pytest.raises(TwinloopError, match="different episode counts"):
+        pool_evaluations([uneven], "calibrated")
+    with pytest.raises(TwinloopError, match="no twin 'nominal'"):
+        pool_evaluations([_summary(one, one, [0, 1, 2, 3])], "nominal")
 
 
 # -- engines and plans -----------------------------------------------------------------------

@@ -11,7 +11,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from twinloop.calib.fit import METHODS, CalibConfig
 from twinloop.calib.fit import calibrate as fit
 from twinloop.calib.gap import METRICS
-from twinloop.cli.common import console, executor_options, guard, one_of, progress_bar
+from twinloop.cli.common import (
+    NOISE_HELP,
+    console,
+    executor_options,
+    guard,
+    one_of,
+    optimizer_help,
+    progress_bar,
+)
 from twinloop.data import Dataset, load_lerobot
 from twinloop.errors import TwinloopError, number
 from twinloop.io import out_mode, output_folder, write_json
@@ -143,7 +151,8 @@ def rsr(
     errors_in_variables: bool = typer.Option(r.calib.errors_in_variables, help="Calibration treats window starts as noisy observations."),
     gap_metric: str = typer.Option(r.gap.metric, help=one_of(METRICS)),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
-    optimizer: str = typer.Option(r.optimizer, help=one_of(OPTIMIZERS)),
+    optimizer: str = typer.Option(None, help=optimizer_help(OPTIMIZERS)),
+    noise: float = typer.Option(0.0, help=NOISE_HELP),
     num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
     horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     seed: int = typer.Option(r.seed),
@@ -159,7 +168,7 @@ def rsr(
                     params=_names(params), particles=particles,
                     calib=replace(r.calib, method=method, window=window, max_evals=max_evals,
                                   errors_in_variables=errors_in_variables),
-                    gap=replace(r.gap, metric=gap_metric), proposer=proposer, optimizer=optimizer,
+                    gap=replace(r.gap, metric=gap_metric), proposer=proposer, optimizer=optimizer, noise=noise or None,
                     refiner=replace(r.refiner, num_samples=num_samples, horizon=horizon), seed=seed)
     with executor_options(executor, address) as ex:
         loop = RSRLoop(cfg, out, mode=out_mode(resume, overwrite), executor=ex)

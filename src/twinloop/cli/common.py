@@ -15,6 +15,12 @@ from twinloop.run.executor import make_executor
 
 console = Console()
 OUT_HELP = "Output folder; must be new or empty unless --overwrite (see twinloop.io.output_folder)."
+NOISE_HELP = "Sampling noise, a fraction of each action's half-range (0: the task's, else the optimizer's default)."
+
+
+def optimizer_help(names) -> str:
+    """Help for an ``--optimizer`` option whose default (None) is the task's preference."""
+    return one_of(names) + " (default: the task's, mppi unless it names another)"
 
 
 def one_of(registry, what: str = "") -> str:

@@ -7,7 +7,16 @@ from dataclasses import replace
 import typer
 from rich.table import Table
 
-from twinloop.cli.common import OUT_HELP, console, guard, one_of, progress_ticks, results_table
+from twinloop.cli.common import (
+    NOISE_HELP,
+    OUT_HELP,
+    console,
+    guard,
+    one_of,
+    optimizer_help,
+    progress_ticks,
+    results_table,
+)
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.plan import OPTIMIZERS
@@ -62,7 +71,8 @@ def distill(
     twin_timestep: float = typer.Option(d.twin_timestep, help="The refiners' twin timestep (s; 0: the scene's)."),
     k_sweep: str = typer.Option(",".join(map(str, d.k_sweep)), help="Ks at which the refined controllers are evaluated."),
     baselines: str = typer.Option(",".join(d.baselines), help=one_of(BASELINES, "Refinement without the policy, comma-separated ('' none):")),
-    optimizer: str = typer.Option(d.optimizer, help=one_of(OPTIMIZERS)),
+    optimizer: str = typer.Option(None, help=optimizer_help(OPTIMIZERS)),
+    noise: float = typer.Option(0.0, help=NOISE_HELP),
     proposal_samples: int = typer.Option(d.proposal_samples, help="Policy samples offered to the optimizer per tick."),
     calib_episodes: int = typer.Option(d.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
     calib_evals: int = typer.Option(d.calib.max_evals, help="Calibration budget (parameter vectors evaluated)."),
@@ -82,7 +92,7 @@ def distill(
                         refiner=replace(d.refiner, num_samples=num_samples, horizon=horizon),
                         twin_timestep=twin_timestep or None, k_sweep=_ints(k_sweep, "k-sweep"),
                         baselines=tuple(b for b in baselines.replace(" ", "").split(",") if b),
-                        optimizer=optimizer, proposal_samples=proposal_samples, calib_episodes=calib_episodes,
+                        optimizer=optimizer, noise=noise or None, proposal_samples=proposal_samples, calib_episodes=calib_episodes,
                         calib=replace(d.calib, max_evals=calib_evals), posterior=posterior or None,
                         policy=replace(d.policy, steps=steps, width=width, depth=depth, chunk=chunk or None),
                         max_ticks=max_ticks or None, seed=seed, out=out)

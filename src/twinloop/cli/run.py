@@ -9,11 +9,13 @@ import typer
 from rich.table import Table
 
 from twinloop.cli.common import (
+    NOISE_HELP,
     OUT_HELP,
     console,
     executor_options,
     guard,
     one_of,
+    optimizer_help,
     progress_ticks,
     results_table,
 )
@@ -64,13 +66,13 @@ a = AsyncConfig()
 @guard
 def run(
     task: str = typer.Option(r.task, help=one_of(TASKS)),
-    optimizer: str = typer.Option(None, help=one_of(OPTIMIZER_NAMES) + " (default: the task's, mppi unless it "
-                                  "names another; llm+*: a language model's plans join the batches; needs --iterations >= 2)"),
+    optimizer: str = typer.Option(None, help=optimizer_help(OPTIMIZER_NAMES) + "; llm+*: a language model's plans "
+                                  "join the batches; needs --iterations >= 2"),
     backend: str = typer.Option(r.backend, help=one_of(BACKENDS)),
     num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     iterations: int = typer.Option(r.refiner.iterations, help="Refine iterations per control tick."),
-    noise: float = typer.Option(0.0, help="Sampling noise, a fraction of each action's half-range (0: the task's, else the optimizer's default)."),
+    noise: float = typer.Option(0.0, help=NOISE_HELP),
     world: str = typer.Option(r.world, help=one_of(WORLDS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),

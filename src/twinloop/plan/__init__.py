@@ -24,9 +24,12 @@ def make_optimizer(name: str, llm: LLMConfig | None = None, **kw) -> Optimizer:
     ``llm+<one of them>`` (``llm`` alone is ``llm+mppi``): that optimizer, its batches joined by
     a language model's plans (:mod:`twinloop.plan.llm`), configured by ``llm``.
 
-    ``kw`` configures the sampling optimizer; ``llm`` is ignored by the others.
+    ``kw`` configures the sampling optimizer (``noise=None``: its own default); ``llm`` is
+    ignored by the others.
     """
     choose("optimizer", name, OPTIMIZER_NAMES)
+    if kw.get("noise", 0) is None:
+        del kw["noise"]
     head, _, tail = name.partition("+")
     base = (tail or "mppi") if head == "llm" else name
     known = {f.name for f in fields(OPTIMIZERS[base])} - {"name"}

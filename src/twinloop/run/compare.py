@@ -33,8 +33,7 @@ from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import run_episode, summarize, write_partial
-from twinloop.tasks import TASKS, make_task, task_factory
-from twinloop.tasks.base import Task
+from twinloop.tasks import TASKS, make_task, task_preferences
 from twinloop.twin import BACKENDS, make_twin
 from twinloop.viz.plots import plot_comparison
 from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
@@ -111,12 +110,9 @@ class RunConfig:
 
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
-        if self.optimizer is None or self.noise is None:
-            # class attributes: read from the task's class, no scene is compiled for a config
-            kind = task_factory(self.task)
-            object.__setattr__(self, "optimizer", self.optimizer or getattr(kind, "optimizer", Task.optimizer))
-            if self.noise is None:
-                object.__setattr__(self, "noise", getattr(kind, "sampling_noise", Task.sampling_noise))
+        optimizer, noise = task_preferences(self.task, self.optimizer, self.noise)
+        object.__setattr__(self, "optimizer", optimizer)
+        object.__setattr__(self, "noise", noise)
         choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
         choose("backend", self.backend, BACKENDS)
         resolve_world(self.world)
@@ -152,8 +148,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
     twin = refiner_twin(task, cfg.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed, check_twin)
-    options = {} if cfg.noise is None else {"noise": cfg.noise}
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, **options), cfg.refiner,
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, noise=cfg.noise), cfg.refiner,
                       keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
 

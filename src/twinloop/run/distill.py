@@ -50,7 +50,7 @@ from twinloop.run.compare import refiner_twin
 from twinloop.run.evaluate import TwinEstimate, calibrated_twin, calibration_record
 from twinloop.run.experiment import EpisodeResult, run_episodes, summarize
 from twinloop.stats import wilson
-from twinloop.tasks import make_task
+from twinloop.tasks import make_task, task_preferences
 from twinloop.viz.plots import plot_comparison, plot_rounds
 from twinloop.worlds import make_world
 from twinloop.worlds.twin import TwinWorld
@@ -77,7 +77,11 @@ class DistillConfig:
         refiner: the refiner's knobs; ``refiner.num_samples`` is K. The default is the demo's
             (K=32, 0.5 s horizon).
         twin_timestep: the refiners' twin timestep (s), as ``twinloop run``'s (10 ms).
-        optimizer: a registered optimizer.
+        optimizer: a registered optimizer (``None``: the task's, :attr:`Task.optimizer
+            <twinloop.tasks.Task.optimizer>`).
+        noise: its sampling noise, a fraction of each action's half-range (``None``: the
+            task's, :attr:`Task.sampling_noise <twinloop.tasks.Task.sampling_noise>`, else the
+            optimizer's default).
         proposal_samples: policy samples offered to the optimizer each tick (best-of-N).
         calib: calibration of the twin-worlds the twin data come from.
         calib_episodes: excitation episodes recorded in the world for it.
@@ -110,7 +114,8 @@ class DistillConfig:
     severity: int = 2
     refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
     twin_timestep: float | None = 0.01
-    optimizer: str = "mppi"
+    optimizer: str | None = None
+    noise: float | None = None
     proposal_samples: int = 0
     calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=200, delay_steps=None))
     calib_episodes: int = 10
@@ -132,7 +137,9 @@ class DistillConfig:
 
     def __post_init__(self):
         choose("world", self.world, WORLDS)
-        choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        optimizer, noise = task_preferences(self.task, self.optimizer, self.noise)
+        object.__setattr__(self, "optimizer", choose("optimizer", optimizer, tuple(OPTIMIZERS)))
+        object.__setattr__(self, "noise", None if noise is None else number(noise, "noise", low=0, low_open=True))
         choose("teacher", self.teacher, TEACHERS)
         object.__setattr__(self, "baselines", tuple(self.baselines))
         for b in self.baselines:
@@ -268,7 +275,7 @@ class DistillRun:
 
     def controller(self, proposer, k: int, refine: bool = True) -> Controller:
         rcfg = replace(self.cfg.refiner, num_samples=k)
-        refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer), rcfg)
+        refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer, noise=self.cfg.noise), rcfg)
         n_prop = self.cfg.proposal_samples if proposer is not None else 0
         return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop)
 

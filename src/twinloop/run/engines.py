@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from twinloop.control import Controller, Refiner
-from twinloop.plan import make_optimizer
+from twinloop.control import Controller
 from twinloop.policies import make_proposer
 from twinloop.run.policy import PolicySpec
 from twinloop.stats import kendall, pearson
@@ -68,7 +67,7 @@ def _world_states(datasets: Mapping, n: int, seed: int) -> np.ndarray:
 def _plans(task, spec: PolicySpec, engine: Engine, observations: np.ndarray, seed: int) -> np.ndarray:
     """``(S, N, nu)`` plan knots refinement selects at each observation (one seeded refine each)."""
     twin = make_twin(spec.backend, engine.apply(task.model), task.param_space())
-    refiner = Refiner(task, twin, make_optimizer(spec.optimizer), spec.refiner)
+    refiner = spec.make_refiner(task, twin)
     ctl = Controller(refiner, make_proposer(task, spec.proposer, **dict(spec.proposer_options)), refine=True)
     out = []
     for j, o in enumerate(observations):

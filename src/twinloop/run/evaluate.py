@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -355,6 +355,56 @@ def calibration_record(task, world, est: TwinEstimate) -> dict:
     return rec
 
 
+def pool_evaluations(summaries: Sequence[Mapping], twin: str, n_boot: int = 1000, seed: int = 0) -> dict:
+    """One evaluation from several runs' ``summary.json`` on disjoint seeds (a long evaluation
+    run in pieces: one policy set per piece, or more seeds later).
+
+    Each policy's episodes are pooled over the runs that have it; every run must have the same
+    world, the same calibrated twin and no seed twice for a policy, and every policy must end
+    with the same number of episodes. Returns ``{twin, episodes, policies: [...], pearson, ...}``
+    as :func:`ranking_metrics` (with each policy's Wilson intervals).
+    """
+    if len(summaries) == 0:
+        raise TwinloopError("pool_evaluations needs at least one summary")
+    def identity(s: Mapping) -> dict:
+        return {"world": s["world"], "calibration": s["evaluation"].get("calibration", {}).get("estimate")}
+
+    ref = identity(summaries[0])
+    world: dict[str, list] = {}
+    sim: dict[str, list] = {}
+    for i, s in enumerate(summaries):
+        for name, value in identity(s).items():
+            if value != ref[name]:
+                raise TwinloopError(f"summary {i}: its {name} differs from summary 0's ({value} vs {ref[name]}): "
+                                    "not one evaluation")
+        eps = s["per_episode"]
+        if twin not in eps:
+            raise TwinloopError(f"summary {i} has no twin {twin!r}; it has {sorted(set(eps) - {'world'})}")
+        for label, rows in eps["world"].items():
+            world.setdefault(label, []).extend(rows)
+            sim.setdefault(label, []).extend(eps[twin][label])
+    for label, rows in world.items():
+        seeds = [r["seed"] for r in rows]
+        if len(set(seeds)) != len(seeds):
+            raise TwinloopError(f"policy {label!r} ran some seed twice across the summaries: pool disjoint seeds")
+        if sorted(seeds) != sorted(r["seed"] for r in sim[label]):
+            raise TwinloopError(f"policy {label!r}: world and twin episodes have different seeds")
+    counts = {label: len(rows) for label, rows in world.items()}
+    if len(set(counts.values())) != 1:
+        raise TwinloopError(f"policies end with different episode counts {counts}: pool the same seeds for each")
+    labels = list(world)
+    order = {label: np.argsort([r["seed"] for r in world[label]]) for label in labels}
+    by_seed = {label: {r["seed"]: r["success"] for r in sim[label]} for label in labels}
+    w = np.array([[world[lab][j]["success"] for j in order[lab]] for lab in labels], float)
+    t = np.array([[by_seed[lab][world[lab][j]["seed"]] for j in order[lab]] for lab in labels], float)
+    n = w.shape[1]
+    policies = []
+    for lab, kw, kt in zip(labels, w.sum(axis=1).astype(int), t.sum(axis=1).astype(int), strict=True):
+        policies.append({"name": lab, "world_success": kw / n, "world_ci": list(wilson(kw, n)),
+                         "twin_success": kt / n, "twin_ci": list(wilson(kt, n)), "error": (kt - kw) / n})
+    return {"twin": twin, "episodes": n, "policies": policies, **ranking_metrics(t, w, n_boot, seed)}
+
+
 def evaluation_table(summary: dict):
     """A rich table: per policy, world and twin success; the ranking metrics below it."""
     from rich.table import Table
@@ -379,4 +429,4 @@ def evaluation_table(summary: dict):
 
 
 __all__ = ["DEFAULT_POLICIES", "TWINS", "EvaluateConfig", "TwinEstimate", "calibrated_twin", "estimate_twin", "evaluation_table",
-           "policy_in_world", "ranking_metrics", "run_evaluation"]
+           "policy_in_world", "pool_evaluations", "ranking_metrics", "run_evaluation"]

@@ -26,6 +26,7 @@ from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
 from twinloop.plan import OPTIMIZER_NAMES, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
+from twinloop.tasks import task_preferences
 from twinloop.twin import BACKENDS, make_twin
 
 _REFINER_KEYS = {f.name: f.type for f in fields(RefinerConfig)}
@@ -115,14 +116,19 @@ class PolicySpec:
     def refined(self) -> bool:
         return self.optimizer is not None
 
+    def make_refiner(self, task, twin) -> Refiner:
+        """The refiner this spec plans with in ``twin``: its optimizer (``mppi`` for a spec
+        without one) at ``task``'s sampling noise (:func:`~twinloop.tasks.task_preferences`)."""
+        name, noise = task_preferences(task, self.optimizer or "mppi")
+        return Refiner(task, twin, make_optimizer(name, noise=noise), self.refiner)
+
 
 def policy_controller(task, spec: PolicySpec) -> Controller:
     """The controller that runs ``spec`` for ``task`` (a fresh proposer, twin and refiner)."""
     proposer = make_proposer(task, spec.proposer, **dict(spec.proposer_options))
     kw = {"checkpoint": spec.twin} if spec.twin else {}
     twin = make_twin(spec.backend, task.model, task.param_space(), **kw)
-    refiner = Refiner(task, twin, make_optimizer(spec.optimizer or "mppi"), spec.refiner)
-    return Controller(refiner, proposer, refine=spec.refined)
+    return Controller(spec.make_refiner(task, twin), proposer, refine=spec.refined)
 
 
 __all__ = ["PolicySpec", "policy_controller"]

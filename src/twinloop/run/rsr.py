@@ -42,7 +42,7 @@ from twinloop.policies import make_proposer
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize, write_partial
 from twinloop.stats import wilson
-from twinloop.tasks import make_task
+from twinloop.tasks import make_task, task_preferences
 from twinloop.twin import make_twin
 from twinloop.viz.plots import plot_curves
 from twinloop.worlds.shifted import ShiftedWorld
@@ -72,7 +72,11 @@ class RSRConfig:
         calib: the calibration of each round (its ``seed`` becomes ``seed + round``).
         gap: the sim-real gap measured at each evaluation (its ``seed`` becomes ``seed``).
         proposer: ``scripted`` | ``none`` (base proposal of the controller).
-        optimizer: refiner optimizer.
+        optimizer: refiner optimizer (``None``: the task's, :attr:`Task.optimizer
+            <twinloop.tasks.Task.optimizer>`).
+        noise: its sampling noise, a fraction of each action's half-range (``None``: the
+            task's, :attr:`Task.sampling_noise <twinloop.tasks.Task.sampling_noise>`, else the
+            optimizer's default).
         refiner: the refiner's knobs (K, horizon, ...).
         seed: seeds episodes, particles and fits.
     """
@@ -92,7 +96,8 @@ class RSRConfig:
     calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=150, delay_steps=None))
     gap: GapConfig = field(default_factory=lambda: GapConfig(metric="kl"))
     proposer: str = "scripted"
-    optimizer: str = "mppi"
+    optimizer: str | None = None
+    noise: float | None = None
     refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=24, horizon=0.5))
     seed: int = 0
 
@@ -113,7 +118,9 @@ class RSRConfig:
         for name in ("info_noise", "info_angle_noise"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=0, low_open=True))
         choose("proposer", self.proposer, ("scripted", "none"))
-        choose("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        optimizer, noise = task_preferences(self.task, self.optimizer, self.noise)
+        object.__setattr__(self, "optimizer", choose("optimizer", optimizer, tuple(OPTIMIZERS)))
+        object.__setattr__(self, "noise", None if noise is None else number(noise, "noise", low=0, low_open=True))
 
 
 @dataclass
@@ -157,7 +164,7 @@ def rsr_controller(cfg: RSRConfig, world, params: np.ndarray | None, beta: float
         index, noise = observed_qpos(task, cfg.info_noise, cfg.info_angle_noise)
         extra.append(infogap_cost(beta, noise, index, stride=task.substeps))
     twin = make_twin("mujoco", task.model, parameter_space(cfg, task))
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer), cfg.refiner, params=params, extra_costs=extra)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, noise=cfg.noise), cfg.refiner, params=params, extra_costs=extra)
     return world, Controller(refiner, make_proposer(task, cfg.proposer), refine=True)
 
 

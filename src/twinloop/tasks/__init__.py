@@ -46,6 +46,17 @@ def task_factory(name: str) -> Callable[..., Task]:
     return f
 
 
+def task_preferences(task: str | Task, optimizer: str | None = None,
+                     noise: float | None = None) -> tuple[str, float | None]:
+    """``(optimizer, sampling noise)`` a refiner on ``task`` uses: those given, else the task's
+    (:attr:`Task.optimizer`, :attr:`Task.sampling_noise`; noise ``None`` = the optimizer's own).
+
+    ``task`` is a registry name (read from its class: no scene is compiled) or a task."""
+    kind = task_factory(task) if isinstance(task, str) else task
+    return (optimizer or getattr(kind, "optimizer", Task.optimizer),
+            noise if noise is not None else getattr(kind, "sampling_noise", Task.sampling_noise))
+
+
 def make_task(name: str, **kw) -> Task:
     """A task by registry name (see :data:`TASKS`)."""
     factory = task_factory(name)
@@ -59,4 +70,5 @@ def make_task(name: str, **kw) -> Task:
     return task
 
 
-__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "make_task", "register_task", "task_factory"]
+__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "make_task", "register_task", "task_factory",
+           "task_preferences"]
