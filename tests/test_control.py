@@ -64,6 +64,30 @@ def test_refined_plan_is_never_worse_than_the_prior(task, twin):
     assert res.iterations == 3 and res.n_rollouts == 3 * 16
 
 
+def test_a_refiner_that_keeps_the_prior_rehearses_and_sends_it_exactly(task, twin):
+    # a chunk whose target jumps between ticks 1 and 2: the 4 knots of a 5-tick plan cannot
+    # express it, and an open-loop chunk sent smoothed drifts off its own timeline
+    ref = refiner(task, twin, num_samples=2, horizon=0.5, exact_prior=True)
+    s = task.initial_state(np.random.default_rng(0))
+    H = ref.spec.horizon_ticks
+    chunk = np.tile(s[:2], (H, 1))
+    chunk[2:] += [0.03, -0.02]
+    res = ref.refine(s, prior=ref.plan_from_actions(chunk))  # the batch: the prior twice
+    np.testing.assert_allclose(res.plan.actions(), chunk, atol=1e-12)
+    exact = ref.score(twin.rollout(s, np.repeat(chunk, ref.spec.substeps, axis=0)[None]))
+    assert res.prior_cost == pytest.approx(float(exact[0]))
+
+
+def test_samples_around_a_warm_plan_keep_its_detail(task, twin):
+    # last tick's plan, made from a chunk with a step, shifted: its samples keep the step
+    ref = Refiner(task, twin, make_optimizer("predictive", noise=1e-9), RefinerConfig(num_samples=4, horizon=0.5, exact_prior=True))
+    s = task.initial_state(np.random.default_rng(0))
+    chunk = np.tile(s[:2], (ref.spec.horizon_ticks, 1))
+    chunk[2:] += [0.03, -0.02]
+    res = ref.refine(s, warm=ref.plan_from_actions(chunk))
+    np.testing.assert_allclose(res.plan.actions(), chunk, atol=1e-6)
+
+
 def test_refinement_lowers_the_cost_of_a_poor_start(task, twin):
     ref = refiner(task, twin, iterations=4, num_samples=32)
     s = task.initial_state(np.random.default_rng(1))
@@ -161,3 +185,12 @@ def test_proposer_alone_is_a_baseline(task, twin):
     np.testing.assert_allclose(ctl.act(obs), task.goal[:2])
     with pytest.raises(TwinloopError, match="needs a proposer"):
         Controller(refiner(task, twin), refine=False)
+
+
+def test_without_exact_prior_a_chunk_is_sent_as_its_spline_fit(task, twin):
+    ref = refiner(task, twin, horizon=0.5)
+    chunk = np.zeros((ref.spec.horizon_ticks, task.nu))
+    chunk[2:] += [0.03, -0.02]
+    plan = ref.plan_from_actions(chunk)
+    assert plan.detail is None
+    np.testing.assert_allclose(plan.actions(), ref.basis.ticks(ref.basis.knots_from_ticks(chunk)))

@@ -80,3 +80,23 @@ def test_bad_plan_specs_are_rejected():
         PlanBasis(spec()).knots_from_ticks(np.zeros((3, 5)))
     with pytest.raises(TwinloopError, match="NaN"):
         PlanBasis(spec()).knots_from_ticks(np.full((3, 2), np.nan))
+
+
+def step_chunk(H: int = 6) -> np.ndarray:
+    """``(H, 2)``: the second action steps from 0 to 1 between ticks 1 and 2 (a grasp closing)."""
+    return np.column_stack([np.linspace(-0.5, 0.5, H), (np.arange(H) >= 2).astype(float)])
+
+
+def test_a_plan_made_from_a_chunk_sends_the_chunk_exactly():
+    s = spec("cubic", n=4, H=6)
+    a = step_chunk()
+    assert np.abs(PlanBasis(s).ticks(PlanBasis(s).knots_from_ticks(a)) - a).max() > 0.05  # knots alone smooth the step
+    np.testing.assert_allclose(PlanBasis(s).plan_from_ticks(a).actions(), a, atol=1e-12)
+
+
+def test_a_plan_with_detail_shifted_one_tick_is_the_chunk_one_tick_later():
+    s = spec("cubic", n=4, H=6)
+    a = step_chunk()
+    shifted = PlanBasis(s).plan_from_ticks(a).shifted().actions()
+    np.testing.assert_allclose(shifted[:-1], a[1:], atol=1e-9)
+    np.testing.assert_allclose(shifted[-1], a[-1], atol=1e-9)

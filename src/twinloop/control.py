@@ -66,6 +66,10 @@ class RefinerConfig:
         prune: fraction of the horizon after which the worst candidates stop (0: never).
         prune_keep: fraction of the candidates that continue past ``prune``.
         carry: last tick's best candidates carried into this tick's batch.
+        exact_prior: rehearse and send a proposer's action chunk exactly: a plan made from it
+            keeps what its knots cannot express as per-tick ``detail`` (a grasp closing between
+            two ticks; see :class:`~twinloop.plan.Plan`). Off: the chunk's least-squares knots,
+            a smoothed copy of it.
     """
 
     num_samples: int = 64
@@ -80,6 +84,7 @@ class RefinerConfig:
     prune: float = 0.0
     prune_keep: float = 0.5
     carry: int = 0
+    exact_prior: bool = False
 
     def __post_init__(self):
         checked = {
@@ -200,21 +205,24 @@ class Refiner:
         self.params = None if params is None else self.twin.param_space.check(np.atleast_2d(params), "params")
 
     def plan_from_actions(self, actions) -> Plan:
-        """A plan from a ``(H', nu)`` per-tick action chunk (held past its end)."""
-        return Plan(self.basis.knots_from_ticks(actions), self.spec)
+        """A plan from a ``(H', nu)`` per-tick action chunk (held past its end): its
+        least-squares knots, and with ``config.exact_prior`` the chunk's detail they cannot
+        express, so that the plan sends the chunk exactly (see :class:`~twinloop.plan.Plan`)."""
+        plan = self.basis.plan_from_ticks(actions)
+        return plan if self.config.exact_prior else Plan(plan.knots, self.spec)
 
     def hold_plan(self, action) -> Plan:
         return Plan.constant(self.spec, action)
 
-    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
-        """Roll out ``(K, N, nu)`` knots; returns ``(rollouts, (K,) aggregated costs)``. With
-        ``config.prune`` the candidates dropped at the prune point (never the first ``keep``)
-        hold their state from there and cost ``inf``."""
-        return self._evaluate(state, knots, keep)[:2]
+    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None):
+        """Roll out ``(K, N, nu)`` knots (each plus the ``(H, nu)`` per-tick ``detail``); returns
+        ``(rollouts, (K,) aggregated costs)``. With ``config.prune`` the candidates dropped at
+        the prune point (never the first ``keep``) hold their state from there and cost ``inf``."""
+        return self._evaluate(state, knots, keep, detail)[:2]
 
-    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0):
+    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None):
         """:meth:`evaluate`, and the physics steps it simulated."""
-        ctrl = self.basis.controls(knots)
+        ctrl = self.basis.controls(knots, detail)
         if not self.prune_step:
             r = self.twin.rollout(state, ctrl, self.params)
             return r, self.score(r), r.ok.size * ctrl.shape[1]
@@ -261,6 +269,12 @@ class Refiner:
                proposals: np.ndarray | None = None, carry: np.ndarray | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
+        A plan's per-tick ``detail`` (what its knots cannot express: a grasp closing between two
+        ticks) travels with it: the prior is rehearsed, and if it wins sent, exactly as
+        proposed; the warm plan and the samples drawn around it carry the warm plan's detail
+        (on the first tick, when the warm start is the prior, the prior's steps); the returned
+        plan carries its own.
+
         Args:
             state: ``(nstate,)`` twin state.
             prior: base proposal (e.g. a policy's action chunk as a plan), or ``None``.
@@ -284,7 +298,11 @@ class Refiner:
                 raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
             if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
                 raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
+            if p is not None and p.detail is not None and p.detail.shape != (self.spec.horizon_ticks, self.spec.nu):
+                raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
+                                    f"{(self.spec.horizon_ticks, self.spec.nu)}")
         pk = None if prior is None else prior.knots
+        details = self._details(warm, prior)
         ostate = self.optimizer.init(warm.knots, pk, lo, hi)
         if proposals is not None:
             ostate = ostate.with_(proposals=np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi))
@@ -307,7 +325,12 @@ class Refiner:
             n_new = cfg.num_samples - len(head)
             sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
             cand = np.clip(np.concatenate([head, sampled]), lo, hi)
-            r, c, steps = self._evaluate(s, cand, keep=len(incumbent))
+            detail = None
+            if details is not None:  # the warm plan's for every candidate, the prior's for it (row 1)
+                detail = np.repeat(details[:1], len(cand), axis=0)
+                if len(details) > 1:
+                    detail[1] = details[1]
+            r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail)
             n_steps += steps
             n_roll += r.ok.size
             n_bad += r.n_unstable
@@ -318,6 +341,7 @@ class Refiner:
                 j = int(np.argmin(np.where(finite, c, np.inf)))
                 if c[j] < best_c:
                     best_c, best_k = float(c[j]), cand[j].copy()
+                    best_d = None if detail is None else detail[j]
                 fb = self._feedback(r, cand, c) if it + 1 < cfg.iterations else None
                 ostate = self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
             last_r, last_c = r, c
@@ -330,11 +354,20 @@ class Refiner:
             order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")
             elites = cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
         return RefineResult(
-            plan=Plan(best_k, self.spec), cost=best_c, prior_cost=prior_c, iterations=it,
+            plan=Plan(best_k, self.spec, best_d), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
             rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
             optimizer_info=dict(ostate.info),
         )
+
+    def _details(self, warm: Plan, prior: Plan | None) -> np.ndarray | None:
+        """``(1 or 2, H, nu)``: the warm plan's per-tick detail (which its samples share), then
+        the prior's; ``None`` when neither has any."""
+        if warm.detail is None and (prior is None or prior.detail is None):
+            return None
+        zero = np.zeros((self.spec.horizon_ticks, self.spec.nu))
+        own = zero if warm.detail is None else warm.detail
+        return np.stack([own] + ([] if prior is None else [zero if prior.detail is None else prior.detail]))
 
     def _feedback(self, r: Rollouts, cand: np.ndarray, costs: np.ndarray) -> Feedback:
         """What the batch did, for an optimizer that reasons over rollouts (see ``Feedback``)."""

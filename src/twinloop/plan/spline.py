@@ -5,6 +5,13 @@ control tick and holds it (zero-order hold), so the twin does the same: the spli
 evaluated at the H tick times and each value is held for ``substeps`` physics steps.
 Evaluation is a fixed linear map of the knots (``W @ knots``), so a batch of K plans is one
 matrix product.
+
+A plan made from a per-tick action chunk (a base proposal) may keep what its N knots cannot
+express as ``detail`` (``PlanBasis.plan_from_ticks``; the refiner does so with
+``RefinerConfig.exact_prior``), ``(H, nu)`` per-tick actions added to the spline's: a grasp that closes
+between two ticks, a fast swing. Without it the plan the refiner rehearses and sends in place
+of the proposal is a smoothed copy of it, and an open-loop chunk replayed tick by tick drifts
+from its own timeline one smoothing error at a time.
 """
 
 from __future__ import annotations
@@ -113,39 +120,57 @@ class PlanBasis:
         self.shift = spec.shift_matrix(spec.control_period)
         self.fit = spec.fit_matrix()
 
-    def ticks(self, knots: np.ndarray) -> np.ndarray:
-        """``(..., N, nu)`` knots -> ``(..., H, nu)`` actions per tick, clipped to bounds."""
+    def ticks(self, knots: np.ndarray, detail: np.ndarray | None = None) -> np.ndarray:
+        """``(..., N, nu)`` knots (plus ``(H, nu)`` per-tick ``detail``, see :class:`Plan`) ->
+        ``(..., H, nu)`` actions per tick, clipped to bounds."""
         a = np.einsum("hn,...nu->...hu", self.W, knots)
+        if detail is not None:
+            a = a + detail
         return np.clip(a, self.spec.low, self.spec.high)
 
-    def controls(self, knots: np.ndarray) -> np.ndarray:
-        """``(K, N, nu)`` knots -> ``(K, H*substeps, nu)`` controls per physics step."""
-        return np.repeat(self.ticks(knots), self.spec.substeps, axis=-2)
+    def controls(self, knots: np.ndarray, detail: np.ndarray | None = None) -> np.ndarray:
+        """``(K, N, nu)`` knots (plus ``(H, nu)`` detail) -> ``(K, H*substeps, nu)`` controls per
+        physics step."""
+        return np.repeat(self.ticks(knots, detail), self.spec.substeps, axis=-2)
 
     def knots_from_ticks(self, actions: np.ndarray) -> np.ndarray:
         """``(H', nu)`` per-tick actions (padded/truncated to H by holding) -> ``(N, nu)`` knots."""
+        a = self.horizon_chunk(actions)
+        if self.spec.kind == "zero" and self.spec.n_knots == self.spec.horizon_ticks:
+            return a
+        return np.clip(self.fit @ a, self.spec.low, self.spec.high)
+
+    def horizon_chunk(self, actions: np.ndarray) -> np.ndarray:
+        """``(H', nu)`` per-tick actions -> ``(H, nu)``: held past their end, cut at H, clipped."""
         a = as_array(actions, "actions")
         if a.ndim != 2 or a.shape[1] != self.spec.nu:
             raise TwinloopError(f"action chunk must have shape (H, {self.spec.nu}), got {a.shape}")
         H = self.spec.horizon_ticks
         if len(a) < H:
             a = np.concatenate([a, np.repeat(a[-1:], H - len(a), axis=0)])
-        a = np.clip(a[:H], self.spec.low, self.spec.high)
-        if self.spec.kind == "zero" and self.spec.n_knots == H:
-            return a.copy()
-        return np.clip(self.fit @ a, self.spec.low, self.spec.high)
+        return np.clip(a[:H], self.spec.low, self.spec.high)
+
+    def plan_from_ticks(self, actions: np.ndarray) -> Plan:
+        """The plan that sends exactly the ``(H', nu)`` per-tick actions (held to the horizon):
+        their least-squares knots, and the rest as ``detail``."""
+        a = self.horizon_chunk(actions)
+        knots = self.knots_from_ticks(a)
+        return Plan(knots, self.spec, a - self.W @ knots)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """An action sequence: ``knots (N, nu)`` under a :class:`PlanSpec`."""
+    """An action sequence: ``knots (N, nu)`` under a :class:`PlanSpec`, plus optional per-tick
+    ``detail (H, nu)`` added to the spline's actions (what the knots of a chunk it was made
+    from cannot express; ``None``: the spline alone)."""
 
     knots: np.ndarray
     spec: PlanSpec
+    detail: np.ndarray | None = None
 
     def actions(self) -> np.ndarray:
         """``(H, nu)`` action per control tick."""
-        return PlanBasis(self.spec).ticks(self.knots)
+        return PlanBasis(self.spec).ticks(self.knots, self.detail)
 
     def first_action(self) -> np.ndarray:
         return self.actions()[0]
@@ -153,9 +178,16 @@ class Plan:
     def shifted(self, ticks: float = 1) -> Plan:
         """The same plan started ``ticks`` control periods later (warm start for the next tick;
         fractional for an asynchronous planner whose plans start between ticks)."""
-        k = self.knots
         S = self.spec.shift_matrix(self.spec.control_period * ticks)
-        return replace(self, knots=np.clip(S @ k, self.spec.low, self.spec.high))
+        knots = np.clip(S @ self.knots, self.spec.low, self.spec.high)
+        if self.detail is None:
+            return replace(self, knots=knots)
+        # a plan with detail sends exactly its own actions shifted (per tick, linear between
+        # ticks, the last held): the detail is what the shifted knots leave out of them
+        a = self.actions()
+        at = np.arange(self.spec.horizon_ticks) + ticks
+        later = np.stack([np.interp(at, np.arange(len(a)), col) for col in a.T], axis=1)
+        return replace(self, knots=knots, detail=later - self.spec.tick_matrix() @ knots)
 
     @staticmethod
     def constant(spec: PlanSpec, action) -> Plan:
