@@ -188,6 +188,19 @@ def test_a_flipped_byte_is_named(ds):
         ds.read(2)
 
 
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_column_name_broken_into_invalid_text_is_named_as_corruption(ds, verify):
+    # found by Hypothesis: a flipped byte inside a column name in the file's footer made the
+    # schema undecodable, and reading raised UnicodeDecodeError instead of naming the file
+    path = ds.path(1)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"episode_index")  # its first copy: the footer's schema (the ones after it are
+    data[at + 1] = 0xEF  # column-chunk paths); a lone UTF-8 lead byte
+    path.write_bytes(bytes(data))
+    with pytest.raises(TwinloopError, match=r"episode_000001.parquet (does not match its checksum|is not a readable)"):
+        ds.read(1, verify=verify)
+
+
 def test_a_missing_episodes_jsonl_is_named_not_read_as_empty(ds):
     (ds.root / "meta" / "episodes.jsonl").unlink()
     with pytest.raises(TwinloopError, match="episodes.jsonl is missing .*lists 3 episodes"):

@@ -476,7 +476,8 @@ class Dataset:
                                     f"{episode_index}'s (episode files swapped or copied over)")
         try:
             table = pq.read_table(pa.BufferReader(data))
-        except (pa.ArrowException, OSError) as exc:
+            table.column_names  # noqa: B018 - decodes the schema: a flipped byte in a name fails here
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise TwinloopError(f"{self.root}: {rel} is not a readable Parquet file ({exc}); "
                                 "it is corrupted") from exc
         if table.num_rows != entry["length"]:
