@@ -205,6 +205,21 @@ def test_push_upright_cost_grows_with_distance_and_tilt(tasks):
     assert leaning["tilt"] > 1.0 and leaning["final_tilt"] > 1.0
 
 
+
+def test_push_upright_cost_wants_the_fingertips_behind_the_box_at_the_horizons_end(tasks):
+    # the same box 12 cm from the goal, the fingertips on its far side from the goal or on
+    # its near side: only the far side lets the box be pushed on without a detour
+    t = tasks["push-upright"]
+    q = with_object(t, [0.0, 0.0, 0.08], yaw_quat(0.0))
+    tcp = t.tcp_from_qpos(q)[:2]
+    u = (t.goal[:2] - tcp) / np.linalg.norm(t.goal[:2] - tcp)
+    reach = t.half + t.finger_depth + 0.005
+    behind = t.cost_terms(traj(t, with_object(t, [*(tcp + u * reach), 0.08], yaw_quat(0.0))))
+    ahead = t.cost_terms(traj(t, with_object(t, [*(tcp - u * reach), 0.08], yaw_quat(0.0))))
+    assert behind["push_pose"] < 1e-6
+    assert ahead["push_pose"] > 1.0
+
+
 # -- pivot -----------------------------------------------------------------------------------
 
 

@@ -109,6 +109,17 @@ class PushUpright(ArmTask):
         def final_tilt(t: Traj):
             return quat_axis(t.qpos[..., -1, QUAT], 2)[..., :2] / 0.02
 
+        def push_pose(t: Traj):
+            # the cost-to-go a short horizon cannot see: fingertips ending the horizon behind the
+            # box (seen from the goal) can push it on; beside or ahead of it they must first go
+            # round it, a detour that costs more than stalling within 0.5 s. Fades out within
+            # 3 cm of the goal, where "behind" loses its direction and turning pushes take over.
+            box = t.qpos[..., -1, BOX][..., :2]
+            to_goal = g[:2] - box
+            d = np.linalg.norm(to_goal, axis=-1, keepdims=True)
+            behind = box - to_goal / np.maximum(d, 1e-9) * (self.half + self.finger_depth + 0.005)
+            return (self.tcp(t.sensordata[..., -1, :])[..., :2] - behind) / 0.05 * np.minimum(d / 0.03, 1.0)
+
         return (
             Residual("box_position", 1.0, pos),
             Residual("box_yaw", 0.3, yaw),
@@ -120,6 +131,7 @@ class PushUpright(ArmTask):
             Residual("final_position", 0.2, final_pos, terminal=True),
             Residual("final_yaw", 0.2, final_yaw, terminal=True),
             Residual("final_tilt", 0.5, final_tilt, terminal=True),
+            Residual("push_pose", 1.0, push_pose, terminal=True),
         )
 
     # -- episodes ----------------------------------------------------------------------------
