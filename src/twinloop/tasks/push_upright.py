@@ -8,6 +8,9 @@ larger moment than its weight about that edge: ``mu h > w / 2`` (``w`` = 5 cm). 
 table (``mu`` = 0.25) lets a push at up to 10 cm stay upright, a grippier one less, so the cost
 asks for low pushes (``push_height``) and gentle ones (``box_speed``: a knocked box slides free
 and tips when ``mu > w / (2 h_com)``, 0.42 with its centre of mass 2 cm below its middle).
+A terminal ``push_pose`` term asks the fingertips to end each horizon behind the box (seen
+from the goal): the cost-to-go a short horizon cannot see, without which a refiner that once
+let the box drift sideways stalls rather than start the detour round it.
 
 Frame: metres, table top at z = 0, arm base at (-0.40, 0, 0). The arm (``arm.xml``, see
 :mod:`twinloop.tasks.arm`) holds the tool pointing down and the fingers closed; the action
