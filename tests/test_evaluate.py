@@ -2,6 +2,7 @@
 ranking metrics with intervals, the evaluate loop and its command."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -236,6 +237,39 @@ def test_evaluate_writes_the_summary_schema_plot_and_world_episodes(evaluated):
 
     assert os.path.getsize(f"{out}/evaluation.png") > 5000
     assert os.path.isdir(f"{out}/episodes/world/scripted+mppi_k=8")
+
+
+def test_a_run_with_world_from_reuses_the_recorded_world_outcomes_instead_of_running_the_world(evaluated, tmp_path):
+    from dataclasses import replace
+
+    earlier = json.loads(open(f"{evaluated['config']['out']}/summary.json").read())
+    flipped = earlier["per_episode"]["world"]["scripted"][0]
+    flipped["success"] = not flipped["success"]  # a world re-run could not reproduce this
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    cfg = replace(TINY, engines=(), world_from=str(tmp_path / "earlier.json"), out=str(tmp_path / "new"))
+    now = run_evaluation(cfg, log=lambda m: None)
+    assert now["per_episode"]["world"] == earlier["per_episode"]["world"]
+    assert now["results"] == earlier["results"]
+    assert now["per_episode"]["calibrated"] == evaluated["per_episode"]["calibrated"]
+    assert now["evaluation"]["policies"][0]["world_success"] == np.mean(
+        [e["success"] for e in earlier["per_episode"]["world"]["scripted"]])
+    assert now["evaluation"]["world_from"] == cfg.world_from
+    assert not (tmp_path / "new" / "episodes").exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"seed": 1}, "ran seeds 0..1 (2), this run needs 100000..100001"),
+    ({"episodes": 3}, "this run needs 0..2 (3)"),
+    ({"policies": ("scripted", "scripted+cem@k=8")}, "no world episodes of policy 'scripted+cem@k=8'"),
+    ({"world_seed": 1}, "its world is"),
+    ({"max_ticks": 9}, "its max_ticks is 8, this run's is 9"),
+])
+def test_world_from_refuses_other_seeds_policies_worlds_and_lengths(evaluated, tmp_path, change, message):
+    from dataclasses import replace
+
+    cfg = replace(TINY, world_from=f"{evaluated['config']['out']}/summary.json", out=str(tmp_path), **change)
+    with pytest.raises(TwinloopError, match=re.escape(message)):
+        run_evaluation(cfg, log=lambda m: None)
 
 
 TIMING = ("wall_time_s", "control_hz")

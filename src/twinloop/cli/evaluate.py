@@ -47,6 +47,8 @@ def evaluate(
     plan_states: int = typer.Option(e.plan_states, help="World states at which refinement's plan is compared across engines."),
     n_boot: int = typer.Option(e.n_boot, help="Bootstrap resamples of the ranking metrics."),
     record: bool = typer.Option(e.record, help="Write the world episodes as Parquet."),
+    world_from: str = typer.Option(None, help="An earlier evaluation's summary.json: reuse its world episodes instead of "
+                                   "running the world (same task, world, episode length, policies' seeds; else refused)."),
     out: str = typer.Option(e.out, help=OUT_HELP),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
     executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
@@ -60,7 +62,7 @@ def evaluate(
                          max_ticks=max_ticks or None, twins=_list(twins),
                          calib=replace(e.calib, method=method, max_evals=max_evals), calib_episodes=calib_episodes,
                          calib_ticks=calib_ticks, posterior=posterior, models=_list(models), engines=variants, plan_states=plan_states,
-                         n_boot=n_boot, record=record, out=out)
+                         n_boot=n_boot, record=record, world_from=world_from, out=out)
     console.print(f"[bold]twinloop evaluate[/] {cfg.task}: {len(cfg.policies)} policies x {cfg.episodes} episodes "
                   f"in the {cfg.world} world and the {', '.join(cfg.twins)} twin(s)"
                   + (f", {len(variants)} engine variants" if variants else ""))
