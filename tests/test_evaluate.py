@@ -151,13 +151,14 @@ def test_ranking_metrics_of_a_perfect_twin_and_intervals_around_the_point():
         assert lo <= m[k] + 1e-9 and m[k] <= hi + 1e-9 and hi - lo > 0
 
 
-def _summary(world_out, twin_out, seeds, world="shifted", estimate=None):
+def _summary(world_out, twin_out, seeds, world="shifted", estimate=None, noise=0.001):
     """A summary.json's pooled parts: per-episode outcomes of policies (rows) on ``seeds``."""
     def side(out):
         return {f"p{i}": [{"seed": s, "success": bool(o)} for s, o in zip(seeds, row, strict=True)]
                 for i, row in enumerate(out)}
-    return {"world": world, "per_episode": {"world": side(world_out), "calibrated": side(twin_out)},
-            "evaluation": {"calibration": {"estimate": estimate or {"friction": 0.7}}}}
+    sides = {"world": side(world_out), "calibrated": side(twin_out), "calibrated-physics": side(twin_out)}
+    return {"world": world, "per_episode": sides, "evaluation": {"calibration": {
+        "estimate": estimate or {"friction": 0.7}, "delay_steps": 4, "obs_noise": {"x": noise}}}}
 
 
 def test_pooled_runs_on_disjoint_seeds_are_one_evaluation_of_all_their_episodes():
@@ -181,6 +182,10 @@ def test_pooling_refuses_repeated_seeds_other_worlds_other_twins_and_uneven_coun
     with pytest.raises(TwinloopError, match="calibration differs"):
         pool_evaluations([_summary(one, one, [0, 1, 2, 3]),
                           _summary(one, one, [4, 5, 6, 7], estimate={"friction": 0.9})], "calibrated")
+    other_noise = [_summary(one, one, [0, 1, 2, 3]), _summary(one, one, [4, 5, 6, 7], noise=0.002)]
+    with pytest.raises(TwinloopError, match="calibration differs"):  # the calibrated twin-world carries its noise
+        pool_evaluations(other_noise, "calibrated")
+    assert pool_evaluations(other_noise, "calibrated-physics")["episodes"] == 8  # the physics alone does not
     uneven = _summary(one, one, [0, 1, 2, 3])
     uneven["per_episode"]["world"]["p0"] = uneven["per_episode"]["world"]["p0"][:2]
     uneven["per_episode"]["calibrated"]["p0"] = uneven["per_episode"]["calibrated"]["p0"][:2]
@@ -270,6 +275,13 @@ def test_world_from_refuses_other_seeds_policies_worlds_and_lengths(evaluated, t
     cfg = replace(TINY, world_from=f"{evaluated['config']['out']}/summary.json", out=str(tmp_path), **change)
     with pytest.raises(TwinloopError, match=re.escape(message)):
         run_evaluation(cfg, log=lambda m: None)
+
+
+def test_runs_with_one_calib_seed_calibrate_on_the_same_excitation_whatever_their_episode_seeds():
+    assert EvaluateConfig(seed=2, calib_seed=0).calib_seeds() == EvaluateConfig(seed=0).calib_seeds()
+    assert EvaluateConfig(seed=2).calib_seeds() != EvaluateConfig(seed=0).calib_seeds()
+    with pytest.raises(TwinloopError, match="calib_seed must be an integer >= 0, got -1"):
+        EvaluateConfig(calib_seed=-1)
 
 
 TIMING = ("wall_time_s", "control_hz")

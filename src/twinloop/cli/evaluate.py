@@ -40,6 +40,8 @@ def evaluate(
     max_evals: int = typer.Option(e.calib.max_evals, help="Calibration budget."),
     calib_episodes: int = typer.Option(e.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
     calib_ticks: int = typer.Option(e.calib_ticks, help="Their length (ticks)."),
+    calib_seed: int = typer.Option(None, help="Seed of the excitation episodes and the noise estimate (default: --seed); "
+                                   "pieces of one evaluation on new seeds pass the same one, so they share one twin."),
     posterior: str = typer.Option(None, help="Use this posterior.json (twinloop calibrate) instead of calibrating."),
     models: str = typer.Option("", help="Saved learned twins as more twin-worlds, comma-separated backend=path (learned=l.pt, hybrid=h.pt)."),
     engines: str = typer.Option("", help="Engine variants for the cross-engine report, comma-separated knob=value[+knob=value] "
@@ -61,7 +63,7 @@ def evaluate(
                          policies=tuple(policy) if policy else e.policies, episodes=episodes, seed=seed,
                          max_ticks=max_ticks or None, twins=_list(twins),
                          calib=replace(e.calib, method=method, max_evals=max_evals), calib_episodes=calib_episodes,
-                         calib_ticks=calib_ticks, posterior=posterior, models=_list(models), engines=variants, plan_states=plan_states,
+                         calib_ticks=calib_ticks, calib_seed=calib_seed, posterior=posterior, models=_list(models), engines=variants, plan_states=plan_states,
                          n_boot=n_boot, record=record, world_from=world_from, out=out)
     console.print(f"[bold]twinloop evaluate[/] {cfg.task}: {len(cfg.policies)} policies x {cfg.episodes} episodes "
                   f"in the {cfg.world} world and the {', '.join(cfg.twins)} twin(s)"

@@ -87,6 +87,8 @@ class EvaluateConfig:
         calib: the calibration of the calibrated twins (``delay_steps=None`` estimates the delay).
         calib_episodes: excitation episodes recorded in the world for calibration.
         calib_ticks: their length (ticks).
+        calib_seed: seeds the excitation episodes and the noise estimate (default: ``seed``); runs
+            that pool into one evaluation (new seeds, same twin) pass the same one.
         posterior: a saved posterior (``posterior.json`` of ``twinloop calibrate``) to use
             instead of calibrating.
         models: saved learned twins as more twin-worlds, ``backend=path`` (``learned=l.pt``,
@@ -112,6 +114,7 @@ class EvaluateConfig:
     calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=300, delay_steps=None))
     calib_episodes: int = 10
     calib_ticks: int = 60
+    calib_seed: int | None = None
     posterior: str | None = None
     models: tuple[str, ...] = ()
     engines: tuple[str, ...] = ()
@@ -145,6 +148,9 @@ class EvaluateConfig:
         for name in ("episodes", "calib_episodes", "calib_ticks", "n_boot"):
             if getattr(self, name) < 1:
                 raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.calib_seed is not None and (isinstance(self.calib_seed, bool) or int(self.calib_seed) != self.calib_seed
+                                            or self.calib_seed < 0):
+            raise TwinloopError(f"calib_seed must be an integer >= 0, got {self.calib_seed!r}")
         if self.plan_states < 0:
             raise TwinloopError(f"plan_states must be >= 0, got {self.plan_states}")
         if not 0 <= self.severity <= 3:
@@ -158,8 +164,11 @@ class EvaluateConfig:
     def episode_seeds(self) -> list[int]:
         return [self.seed * 100_000 + i for i in range(self.episodes)]
 
+    def calib_base_seed(self) -> int:
+        return self.seed if self.calib_seed is None else self.calib_seed
+
     def calib_seeds(self) -> list[int]:
-        return [self.seed * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
+        return [self.calib_base_seed() * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
 
 
 @dataclass(frozen=True)
@@ -175,7 +184,8 @@ class TwinEstimate:
 def estimate_twin(cfg: EvaluateConfig, task, world, log: Callable[[str], None] = print) -> TwinEstimate:
     """Calibrate the twin to excitation episodes recorded in ``world`` (or load ``cfg.posterior``);
     estimate the observation noise from the same data."""
-    return calibrated_twin(task, world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks, cfg.posterior, cfg.seed, log)
+    return calibrated_twin(task, world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks, cfg.posterior,
+                           cfg.calib_base_seed(), log)
 
 
 def calibrated_twin(task, world, calib: CalibConfig, seeds, ticks: int, posterior: str | None = None,
@@ -417,7 +427,10 @@ def pool_evaluations(summaries: Sequence[Mapping], twin: str, n_boot: int = 1000
     if len(summaries) == 0:
         raise TwinloopError("pool_evaluations needs at least one summary")
     def identity(s: Mapping) -> dict:
-        return {"world": s["world"], "calibration": s["evaluation"].get("calibration", {}).get("estimate")}
+        cal = s["evaluation"].get("calibration", {})
+        # the calibrated twin-world also carries the delay and the noise: the same twin has the same ones
+        keys = ("estimate", "delay_steps", "obs_noise") if twin == "calibrated" else ("estimate",)
+        return {"world": s["world"], "calibration": {k: cal.get(k) for k in keys}}
 
     ref = identity(summaries[0])
     world: dict[str, list] = {}
