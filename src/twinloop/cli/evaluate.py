@@ -38,6 +38,7 @@ def evaluate(
     twins: str = typer.Option(",".join(e.twins), help=one_of(TWINS, "Twin-worlds, comma-separated (the last is the headline):")),
     method: str = typer.Option(e.calib.method, help=one_of(METHODS, "Calibration method:")),
     max_evals: int = typer.Option(e.calib.max_evals, help="Calibration budget."),
+    calib_window: int = typer.Option(e.calib.window, help="Calibration window length (ticks)."),
     calib_episodes: int = typer.Option(e.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
     calib_ticks: int = typer.Option(e.calib_ticks, help="Their length (ticks)."),
     calib_seed: int = typer.Option(None, help="Seed of the excitation episodes and the noise estimate (default: --seed); "
@@ -62,7 +63,7 @@ def evaluate(
     cfg = EvaluateConfig(task=task, world=world, severity=severity, world_seed=world_seed,
                          policies=tuple(policy) if policy else e.policies, episodes=episodes, seed=seed,
                          max_ticks=max_ticks or None, twins=_list(twins),
-                         calib=replace(e.calib, method=method, max_evals=max_evals), calib_episodes=calib_episodes,
+                         calib=replace(e.calib, method=method, max_evals=max_evals, window=calib_window), calib_episodes=calib_episodes,
                          calib_ticks=calib_ticks, calib_seed=calib_seed, posterior=posterior, models=_list(models), engines=variants, plan_states=plan_states,
                          n_boot=n_boot, record=record, world_from=world_from, out=out)
     console.print(f"[bold]twinloop evaluate[/] {cfg.task}: {len(cfg.policies)} policies x {cfg.episodes} episodes "
