@@ -39,6 +39,8 @@ def evaluate(
     method: str = typer.Option(e.calib.method, help=one_of(METHODS, "Calibration method:")),
     max_evals: int = typer.Option(e.calib.max_evals, help="Calibration budget."),
     calib_window: int = typer.Option(e.calib.window, help="Calibration window length (ticks)."),
+    calib_start_iterations: int = typer.Option(e.calib.start_iterations, help="Calibration: estimate each window's true start "
+                                               "(this many Gauss-Newton steps) instead of trusting the noisy recorded one; 0: off."),
     calib_episodes: int = typer.Option(e.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
     calib_ticks: int = typer.Option(e.calib_ticks, help="Their length (ticks)."),
     calib_seed: int = typer.Option(None, help="Seed of the excitation episodes and the noise estimate (default: --seed); "
@@ -63,7 +65,8 @@ def evaluate(
     cfg = EvaluateConfig(task=task, world=world, severity=severity, world_seed=world_seed,
                          policies=tuple(policy) if policy else e.policies, episodes=episodes, seed=seed,
                          max_ticks=max_ticks or None, twins=_list(twins),
-                         calib=replace(e.calib, method=method, max_evals=max_evals, window=calib_window), calib_episodes=calib_episodes,
+                         calib=replace(e.calib, method=method, max_evals=max_evals, window=calib_window,
+                                     start_iterations=calib_start_iterations), calib_episodes=calib_episodes,
                          calib_ticks=calib_ticks, calib_seed=calib_seed, posterior=posterior, models=_list(models), engines=variants, plan_states=plan_states,
                          n_boot=n_boot, record=record, world_from=world_from, out=out)
     console.print(f"[bold]twinloop evaluate[/] {cfg.task}: {len(cfg.policies)} policies x {cfg.episodes} episodes "
