@@ -332,7 +332,11 @@ def test_evaluate_command_rejects_bad_input_clearly(tmp_path):
                           (["-p", "scripted"], "at least two"),
                           (["--twins", "perfect"], "unknown twin 'perfect'"),
                           (["--engines", "cone=round"], "unknown cone 'round'"),
-                          (["--executor", "slurm"], "unknown executor 'slurm'")):
+                          (["--executor", "slurm"], "unknown executor 'slurm'"),
+                          (["--calib-window", "0"], "window must be an integer >= 1, got 0"),
+                          (["--calib-start-iterations", "-1"], "start_iterations must be an integer >= 0, got -1"),
+                          (["--calib-seed", "-1"], "calib_seed must be an integer >= 0, got -1"),
+                          (["--world-from", "/nonexistent/summary.json"], "does not exist")):
         res = runner.invoke(app, ["evaluate", "--out", str(tmp_path), *args])
         assert res.exit_code == 2, res.output
         assert message in " ".join(res.output.split())
