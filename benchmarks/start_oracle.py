@@ -8,6 +8,8 @@ squares, 400 evaluations, seeds 0..N-1), with the windows' start states swapped:
 - ``oracle``: the noise-free observed components (positions, angles, velocities; the block's
   unobserved height and vertical speed stay 0 as ``state_from_obs`` sets them);
 - ``full``: the world's full true state (height and vertical speed too);
+- ``hidden``: the recorded (noisy) observed components with the world's true unobserved ones
+  (the components ``state_from_obs`` leaves constant: the block's height and vertical speed);
 - ``clean``: noise-free data throughout (starts and targets).
 
 Targets stay noisy except in ``clean``. Extra ``key=value`` arguments go to ``CalibConfig``.
@@ -34,7 +36,7 @@ from twinloop.worlds import SimWorld
 sys.path.insert(0, str(Path(__file__).parent))
 from param_recovery import PARAMS, NoisyWorld, hidden_values  # noqa: E402
 
-MODES = ("noisy", "oracle", "full", "clean")
+MODES = ("noisy", "oracle", "full", "hidden", "clean")
 
 
 class RecordingWorld(NoisyWorld):
@@ -58,11 +60,14 @@ def record(task, world, policy, seed, ticks, mode):
         actions.append(a)
         obs, _ = world.step(a)
     states.append(task.state_from_obs(obs))
+    states = np.array(states)
     if mode == "full":
         better = np.stack(world.full)
+    elif mode == "hidden":
+        better = np.where(np.ptp(states, axis=0) > 0, states, np.stack(world.full))
     else:
         better = np.stack([task.state_from_obs(o) for o in world.clean])
-    return Trajectory(np.array(states), np.array(actions), seed), Trajectory(better, np.array(actions), seed)
+    return Trajectory(states, np.array(actions), seed), Trajectory(better, np.array(actions), seed)
 
 
 def main() -> None:
