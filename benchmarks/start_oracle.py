@@ -29,7 +29,7 @@ import numpy as np
 
 import twinloop.calib.fit as fitmod
 from twinloop.calib.fit import CalibConfig, calibrate
-from twinloop.calib.windows import Trajectory, free_starts, make_windows
+from twinloop.calib.windows import Trajectory, free_starts, make_windows, quiet_starts
 from twinloop.tasks import make_task
 from twinloop.worlds import SimWorld
 
@@ -86,7 +86,7 @@ def main() -> None:
         ws = plain(task_, trajs, cfg)
         if mode in ("noisy", "clean"):
             return ws
-        ok = [free_starts(task_.model, t.states, cfg.start_clearance) for t in trajs]
+        ok = [quiet_starts(free_starts(task_.model, t.states, cfg.start_clearance), cfg.start_quiet) for t in trajs]
         bw = make_windows([better[t.index] for t in trajs], cfg.window, cfg.stride, ok)
         return [replace(w, starts=b.starts) for w, b in zip(ws, bw, strict=True)]
 
