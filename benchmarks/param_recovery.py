@@ -87,7 +87,7 @@ def run(args) -> list[dict]:
                                                args.ticks) for j in range(n_traj)]
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
                                       errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
-                                      start_iterations=args.start_iterations, hidden_starts=args.hidden_starts,
+                                      start_iterations=args.start_iterations,
                                       stride=args.stride, start_quiet=args.start_quiet)
                     t0 = time.perf_counter()
                     post = calibrate(task, trajs, space, config=cfg)
@@ -114,7 +114,7 @@ def table(rows: list[dict], args) -> Table:
                     f"noise {args.pos_noise * 1000:g} mm / {args.ang_noise:g} rad / {args.vel_noise:g} m/s, "
                     f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
                     f"start samples {args.start_samples}, start iterations {args.start_iterations}, "
-                    f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}, hidden starts {'on' if args.hidden_starts else 'off'}")
+                    f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
         t.add_column(c, justify="left" if c in ("task", "method", "excitation") else "right")
@@ -139,8 +139,6 @@ def main() -> None:
     p.add_argument("--start-samples", type=int, default=0, help="average each window over this many noisy starts")
     p.add_argument("--start-iterations", type=int, default=CalibConfig.start_iterations,
                    help="estimate each window's start jointly with the parameters (Gauss-Newton steps; 0: off)")
-    p.add_argument("--hidden-starts", action="store_true",
-                   help="treat unobserved start components as noisy (errors in variables) and estimate them")
     p.add_argument("--start-quiet", type=int, default=CalibConfig.start_quiet,
                    help="start windows only this many ticks after a contact between moving bodies")
     p.add_argument("--stride", type=int, default=None, help="ticks between window starts (default: the window)")

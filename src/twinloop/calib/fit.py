@@ -74,13 +74,6 @@ class CalibConfig:
             of the budget around them; 0 (default): profile the start noise out around the
             recorded starts only (linearized). Measured on block-push (README, RESULTS): a
             smaller median error but not on every seed, so it is not the default.
-        hidden_starts: with errors in variables, treat the start components the world does not
-            observe (those ``state_from_obs`` leaves constant) as noisy too, with the spread
-            the twin shows for them along the windows at the starting point (see
-            :meth:`~twinloop.calib.problem.WindowProblem.with_hidden_spread`; one evaluation,
-            and two more per such component wherever the start sensitivity is measured);
-            with ``start_iterations`` they are estimated per window too. False: restart them
-            at the recorded constant, trusted.
         delay_steps: actuation delay (physics steps) the replay applies to the recorded
             actions; ``None`` picks the best of ``0..max_delay_steps`` at the starting point
             (a ``timing:ctrl/delay`` parameter fits a delay continuously instead).
@@ -118,7 +111,6 @@ class CalibConfig:
     errors_in_variables: bool | None = None
     start_samples: int = 0
     start_iterations: int = 0
-    hidden_starts: bool = False
     delay_steps: int | None = 0
     max_delay_steps: int = 10
     max_evals: int = 400
@@ -159,7 +151,7 @@ class CalibConfig:
         object.__setattr__(self, "max_corr", number(self.max_corr, "max_corr", low=0, high=1, low_open=True))
         object.__setattr__(self, "null_tol", number(self.null_tol, "null_tol", low=0, high=1, low_open=True,
                                                     high_open=True))
-        for k in ("use_velocity", "errors_in_variables", "keep_if_worse", "hidden_starts"):
+        for k in ("use_velocity", "errors_in_variables", "keep_if_worse"):
             v = getattr(self, k)
             if not isinstance(v, (bool, np.bool_)) and not (k == "errors_in_variables" and v is None):
                 raise TwinloopError(f"{k} must be True or False{' or None' * (k == 'errors_in_variables')}, got {v!r}")
@@ -214,8 +206,6 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         d, n = best_delay(problem, x0, delays)
         problem, spent = problem.with_delay(d), spent + n
     eiv = cfg.errors_in_variables
-    if eiv is not False and cfg.hidden_starts:
-        problem, spent = problem.with_hidden_spread(x0), spent + 1
     if eiv is not False:
         later = problem.start_estimate_cost(cfg.start_iterations) if cfg.start_iterations else problem.start_noise_cost
         eiv = eiv or spent + problem.start_noise_cost + later <= cfg.max_evals

@@ -42,14 +42,9 @@ class WindowProblem:
             covariance under start-state noise (``None``: the plain weighted errors).
         start_jac: per window group ``(B, m_w, k)`` sensitivity ``A`` of the residual to the
             start, per error unit of each compared component (set with ``whiten``).
-        offsets: per window group ``(B, k)`` start corrections ``e`` (start units, the
-            :attr:`start_components`) already added to the windows' starts, the recorded start
-            plus ``e * units`` (see :meth:`with_start_estimate`); ``None``: the recorded starts.
-        hidden_std: ``(nstate,)`` spread (state units) of the start components the world does
-            not observe (``state_from_obs`` leaves them at a constant, e.g. a block's height),
-            0 elsewhere; with it, errors in variables treat those components as unknown with
-            this spread instead of trusting the constant (see :meth:`with_hidden_spread`).
-            ``None``: the constant stands.
+        offsets: per window group ``(B, k)`` start corrections ``e`` (error units, compared
+            components) already added to the windows' starts, the recorded start plus
+            ``e * scale`` (see :meth:`with_start_estimate`); ``None``: the recorded starts.
         start_samples: ``M > 0`` predicts each window as the mean over ``M`` replays from its
             recorded start plus Gaussian noise of one error unit on the compared positions
             (fixed, seeded draws: a smooth, deterministic objective), i.e. the expected
@@ -67,7 +62,6 @@ class WindowProblem:
     start_samples: int = 0
     start_jac: tuple[np.ndarray, ...] | None = None
     offsets: tuple[np.ndarray, ...] | None = None
-    hidden_std: np.ndarray | None = None
 
     def __post_init__(self):
         if not callable(getattr(self.twin, "rollout_many", None)):
@@ -162,46 +156,10 @@ class WindowProblem:
         return np.concatenate(out, axis=-1)
 
     @property
-    def start_components(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(k,)`` state components errors in variables treat as noisy at a window's start, and
-        their ``(k,)`` units: the compared components (one error unit each), then the
-        unobserved ones with a spread (one ``hidden_std`` each)."""
-        seen = np.flatnonzero(self.error.mask)
-        hidden = np.flatnonzero(~self.error.mask & (self.hidden_std > 0)) if self.hidden_std is not None else seen[:0]
-        units = np.concatenate([self.error.scale[seen], [] if self.hidden_std is None else self.hidden_std[hidden]])
-        return np.concatenate([seen, hidden]), units
-
-    @property
     def start_noise_cost(self) -> int:
         """Parameter-vector equivalents :meth:`with_start_noise` simulates (``2k`` window
-        replays per window, ``k`` :attr:`start_components`)."""
-        return 2 * len(self.start_components[0])
-
-    def with_hidden_spread(self, x: np.ndarray) -> WindowProblem:
-        """The problem with ``hidden_std`` measured at ``x``: the RMS deviation, over every
-        replayed tick of every window, of each unobserved position and velocity component
-        from the constant the recordings hold for it (one evaluation).
-
-        A window restarts its unobserved components at that constant, but in the world they
-        move (block-push: a pushed block hops up to 2 mm off the table at up to 0.2 m/s) and
-        no replay from noisy observations predicts them better than the constant does (measured
-        at the true parameters). So they are treated like a noisy start component whose spread
-        is what the twin itself shows along the windows: :meth:`with_start_noise` then weighs
-        windows by how much that unknown start moves their residuals, and
-        :meth:`with_start_estimate` estimates it per window.
-        """
-        m = self.twin.model
-        hidden = ~self.error.mask
-        hidden[m.nq + m.nv :] = False  # actuator activations: the replay does not restart them from data
-        std = np.zeros(len(hidden))
-        if hidden.any():
-            dev = []
-            for w in self.windows:
-                pred, ok = self._predict(w, np.asarray(x, dtype=float)[None])
-                dev.append((pred[0][ok[0]] - w.starts[ok[0], None])[..., hidden].reshape(-1, hidden.sum()))
-            d = np.concatenate(dev)
-            std[hidden] = np.sqrt(np.mean(d**2, axis=0)) if len(d) else 0.0
-        return replace(self, hidden_std=std)
+        replays per window, ``k`` compared state components)."""
+        return 2 * self.error.size
 
     def with_start_noise(self, x: np.ndarray, step: float = 1.0) -> WindowProblem:
         """Errors in variables: the problem with each window's recorded start treated as a
@@ -218,7 +176,7 @@ class WindowProblem:
         then held fixed (it barely depends on the parameters). Costs
         :attr:`start_noise_cost` evaluations.
         """
-        comps, units = self.start_components
+        comps = np.flatnonzero(self.error.mask)
         k = len(comps)
         whiten, jacs = [], []
         p = np.asarray(x, dtype=float)[None]
@@ -226,8 +184,8 @@ class WindowProblem:
             B = len(w)
             # 2k perturbed copies of every start: ((2k) * B, nstate)
             d = np.zeros((2 * k, w.starts.shape[1]))
-            d[np.arange(k), comps] = step * units
-            d[k + np.arange(k), comps] = -step * units
+            d[np.arange(k), comps] = step * self.error.scale[comps]
+            d[k + np.arange(k), comps] = -step * self.error.scale[comps]
             starts = (w.starts[None] + d[:, None]).reshape(2 * k * B, -1)
             rep = Windows(starts, np.tile(w.actions, (2 * k, 1, 1)), np.tile(w.targets, (2 * k, 1, 1)),
                           np.tile(w.episode, 2 * k), None if w.before is None else np.tile(w.before, (2 * k, 1)))
@@ -237,9 +195,6 @@ class WindowProblem:
             S = np.eye(A.shape[1]) + A @ A.transpose(0, 2, 1)  # all start components noisy
             whiten.append(np.linalg.inv(np.linalg.cholesky(S)))
             jacs.append(A)
-        if self.offsets is not None and self.offsets[0].shape[1] != k:
-            raise TwinloopError(f"the windows' start offsets cover {self.offsets[0].shape[1]} components but the start "
-                                f"noise {k}: set hidden_std before estimating starts")
         offsets = self.offsets or tuple(np.zeros((len(w), k)) for w in self.windows)
         return replace(self, whiten=tuple(whiten), start_jac=tuple(jacs), offsets=offsets)
 
@@ -264,13 +219,11 @@ class WindowProblem:
         """
         if self.start_jac is None:
             raise TwinloopError("with_start_estimate needs the start sensitivity: call with_start_noise(x) first")
-        comps, _ = self.start_components
-        k = len(comps)
+        k = int(self.error.mask.sum())
         p = np.asarray(x, dtype=float)[None]
         rec = [self._shift(w, -e) for w, e in zip(self.windows, self.offsets, strict=True)]  # recorded starts
         e = list(self.offsets)
-        # (k,) the free part: compared positions and every unobserved component
-        pos = (comps < self.twin.model.nq) | ~self.error.mask[comps]
+        pos = np.flatnonzero(self.error.mask) < self.twin.model.nq  # (k,) compared positions: the free part
         for g, (w, A) in enumerate(zip(rec, self.start_jac, strict=True)):
             A = A * pos
             r0, cost = self._start_cost(w, p, e[g])
@@ -297,10 +250,9 @@ class WindowProblem:
         return 1 + 2 * iterations + self.start_noise_cost
 
     def _shift(self, w: Windows, e: np.ndarray) -> Windows:
-        """``w`` with its starts moved by ``e`` ``(B, k)`` units of the :attr:`start_components`."""
-        comps, units = self.start_components
+        """``w`` with its starts moved by ``e`` ``(B, k)`` error units of the compared components."""
         d = np.zeros_like(w.starts)
-        d[:, comps] = e * units
+        d[:, self.error.mask] = e * self.error.scale[self.error.mask]
         return replace(w, starts=w.starts + d)
 
     def _start_cost(self, w: Windows, p: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
