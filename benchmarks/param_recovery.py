@@ -88,7 +88,8 @@ def run(args) -> list[dict]:
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
                                       errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
                                       start_iterations=args.start_iterations,
-                                      stride=args.stride, start_quiet=args.start_quiet)
+                                      stride=args.stride, start_quiet=args.start_quiet,
+                                      jac_step=args.jac_step)
                     t0 = time.perf_counter()
                     post = calibrate(task, trajs, space, config=cfg)
                     secs.append(time.perf_counter() - t0)
@@ -141,6 +142,8 @@ def main() -> None:
                    help="estimate each window's start jointly with the parameters (Gauss-Newton steps; 0: off)")
     p.add_argument("--start-quiet", type=int, default=CalibConfig.start_quiet,
                    help="start windows only this many ticks after a contact between moving bodies")
+    p.add_argument("--jac-step", type=float, default=CalibConfig.jac_step,
+                   help="least squares' finite-difference step (prior stds)")
     p.add_argument("--stride", type=int, default=None, help="ticks between window starts (default: the window)")
     p.add_argument("--cases", nargs="+", default=["excite", "constant"], help="excitation kinds (constant: 3 trajectories)")
     p.add_argument("--pos-noise", type=float, default=1e-3, help="position noise std (m)")
