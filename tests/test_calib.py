@@ -165,6 +165,17 @@ def test_quiet_starts_skip_the_unobserved_hop_a_push_leaves(task, space):
     assert np.mean(off[1]) < 0.5 * np.mean(off[0])
 
 
+def test_calibration_windows_start_a_tick_after_a_contact_by_default(task, excited):
+    from twinloop.calib.fit import _windows
+
+    starts = {tuple(s) for w in _windows(task, excited, CalibConfig()) for s in w.starts}
+    after_contact = [tr.states[k] for tr in excited for k in np.flatnonzero(~free_starts(task.model, tr.states, 0.003)) + 1
+                     if k < tr.ticks]
+    assert after_contact and not starts & {tuple(s) for s in after_contact}
+    every = {tuple(s) for w in _windows(task, excited, CalibConfig(start_quiet=0)) for s in w.starts}
+    assert every & {tuple(s) for s in after_contact}  # without the wait, some windows start there
+
+
 def test_delayed_controls_start_with_the_action_before_the_window(excited):
     (w,) = make_windows(excited[:1], 4, starts_ok=None)
     c = window_controls(w, 10, delay=3)

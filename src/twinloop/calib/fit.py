@@ -55,7 +55,11 @@ class CalibConfig:
             contact (see :func:`~twinloop.calib.windows.free_starts`); ``None`` starts anywhere.
         start_quiet: with ``start_clearance``, also that many tick boundaries before the start
             (see :func:`~twinloop.calib.windows.quiet_starts`): the state the world does not
-            observe has settled after a contact; 0 checks the start alone.
+            observe has settled after a contact; 0 checks the start alone. Measured on
+            block-push (10 trajectories, 1 mm noise, 5 seeds): 1 takes the median error from
+            3.4% to 2.8%, the p90 from 4.3% to 3.0% and interval coverage from 80% to 100%, and
+            is faster (fewer windows); push-t stays as it was (4.5% -> 4.7% median, p90 13.9%
+            -> 11.5%).
         pos_scale: error unit of positions (m): 1 mm error counts 1.
         angle_scale: error unit of angles (rad); loose because a point push makes yaw chaotic.
         vel_scale: error unit of velocities (m/s; rad/s scaled like angles).
@@ -103,7 +107,7 @@ class CalibConfig:
     window: int = 5
     stride: int | None = None
     start_clearance: float | None = 0.003
-    start_quiet: int = 0
+    start_quiet: int = 1
     pos_scale: float = 1e-3
     angle_scale: float = 5e-2
     vel_scale: float = 2e-2
