@@ -58,8 +58,9 @@ class CalibConfig:
             observe has settled after a contact; 0 checks the start alone. Measured on
             block-push (10 trajectories, 1 mm noise, 5 seeds): 1 takes the median error from
             3.4% to 2.8%, the p90 from 4.3% to 3.0% and interval coverage from 80% to 100%, and
-            is faster (fewer windows); push-t stays as it was (4.5% -> 4.7% median, p90 13.9%
-            -> 11.5%).
+            is ~30% faster (fewer windows); push-t stays as it was within seed noise (4.5% ->
+            4.7% median, p90 13.9% -> 11.5%), 25% slower (more evaluations before least squares
+            stops).
         pos_scale: error unit of positions (m): 1 mm error counts 1.
         angle_scale: error unit of angles (rad); loose because a point push makes yaw chaotic.
         vel_scale: error unit of velocities (m/s; rad/s scaled like angles).
