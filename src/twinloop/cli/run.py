@@ -79,6 +79,8 @@ def run(
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
     seed: int = typer.Option(r.seed),
     max_ticks: int = typer.Option(0, help="Episode length in control ticks (0: the task's)."),
+    particles: int = typer.Option(r.particles, help="Parameter particles the refiner plans under: the nominal values and "
+                                  "draws from the task's parameter prior (domain randomization); 0: the nominal twin."),
     risk: str = typer.Option("mean", help="Risk over parameter particles: mean | worst | cvar."),
     twin_timestep: float = typer.Option(r.twin_timestep or 0.0, help="Twin physics timestep (s), coarser than the scene's (0: the scene's); checked for stability and ranking."),
     prune: float = typer.Option(0.0, help="Fraction of the horizon after which only the best candidates continue (0: off)."),
@@ -110,7 +112,8 @@ def run(
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None,
                                              actuation_delay=actuation_delay),
-                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None),
+                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None,
+                   particles=particles),
          overwrite, executor, address)
 
 
