@@ -102,6 +102,7 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--severity", "7"], "severity must be an integer >= 0 and <= 3, got 7"),
         (["--noise", "-0.1"], "MPPI noise must be a finite number > 0, got -0.1"),
         (["--particles", "-1"], "particles must be an integer >= 0, got -1"),
+        (["--prior-margin", "1.5"], "prior_margin must be a finite number >= 0 and < 1, got 1.5"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):
