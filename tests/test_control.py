@@ -110,6 +110,15 @@ def test_a_prior_margin_keeps_the_prior_unless_a_candidate_beats_it_by_that_frac
     assert won.cost == free.cost
 
 
+def test_a_prior_kept_by_the_margin_is_sent_exactly(task, twin):
+    ref = refiner(task, twin, num_samples=16, horizon=0.5, exact_prior=True, prior_margin=0.99)
+    s = task.initial_state(np.random.default_rng(0))
+    chunk = np.tile(s[:2], (ref.spec.horizon_ticks, 1))
+    chunk[2:] += [0.03, -0.02]  # a step the knots cannot express
+    res = ref.refine(s, prior=ref.plan_from_actions(chunk), warm=ref.hold_plan(s[:2]))
+    np.testing.assert_allclose(res.plan.actions(), chunk, atol=1e-12)
+
+
 def test_same_seed_same_plan(task, twin):
     s = task.initial_state(np.random.default_rng(2))
     a = refiner(task, twin, seed=3).refine(s).plan.knots
