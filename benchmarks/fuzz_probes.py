@@ -204,7 +204,7 @@ KNOBS = {
     "CalibConfig": {"window": 0, "max_evals": 1, "max_iter": 0, "jac_step": 0, "cma_sigma": 0, "particles": 0,
                     "holdout_fraction": 1, "max_rel_width": 0, "max_corr": 0, "null_tol": 1, "seed": -1,
                     "pos_scale": 0, "angle_scale": 0, "vel_scale": 0, "stride": 0, "delay_steps": -1,
-                    "start_clearance": 0, "cma_popsize": 1},
+                    "start_clearance": 0, "cma_popsize": 1, "start_quiet": -1},
     "GapConfig": {"n_boot": 0, "level": 1, "max_samples": 3, "n_projections": 0, "ridge": -0.1, "seed": -1},
     "RSRConfig": {"rounds": 0, "episodes": 0, "eval_episodes": 0, "beta": -0.1, "particles": 0,
                   "severity": 4, "seed": -1, "world_seed": -1, "max_ticks": 0},

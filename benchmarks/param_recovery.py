@@ -87,7 +87,9 @@ def run(args) -> list[dict]:
                                                args.ticks) for j in range(n_traj)]
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
                                       errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
-                                      start_iterations=args.start_iterations)
+                                      start_iterations=args.start_iterations,
+                                      stride=args.stride, start_quiet=args.start_quiet,
+                                      jac_step=args.jac_step)
                     t0 = time.perf_counter()
                     post = calibrate(task, trajs, space, config=cfg)
                     secs.append(time.perf_counter() - t0)
@@ -112,7 +114,8 @@ def table(rows: list[dict], args) -> Table:
     t = Table(title=f"parameter recovery (friction, mass): {args.seeds} seeds, budget {args.max_evals} evaluations, "
                     f"noise {args.pos_noise * 1000:g} mm / {args.ang_noise:g} rad / {args.vel_noise:g} m/s, "
                     f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
-                    f"start samples {args.start_samples}, start iterations {args.start_iterations}")
+                    f"start samples {args.start_samples}, start iterations {args.start_iterations}, "
+                    f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
         t.add_column(c, justify="left" if c in ("task", "method", "excitation") else "right")
@@ -137,6 +140,11 @@ def main() -> None:
     p.add_argument("--start-samples", type=int, default=0, help="average each window over this many noisy starts")
     p.add_argument("--start-iterations", type=int, default=CalibConfig.start_iterations,
                    help="estimate each window's start jointly with the parameters (Gauss-Newton steps; 0: off)")
+    p.add_argument("--start-quiet", type=int, default=CalibConfig.start_quiet,
+                   help="start windows only this many ticks after a contact between moving bodies")
+    p.add_argument("--jac-step", type=float, default=CalibConfig.jac_step,
+                   help="least squares' finite-difference step (prior stds)")
+    p.add_argument("--stride", type=int, default=None, help="ticks between window starts (default: the window)")
     p.add_argument("--cases", nargs="+", default=["excite", "constant"], help="excitation kinds (constant: 3 trajectories)")
     p.add_argument("--pos-noise", type=float, default=1e-3, help="position noise std (m)")
     p.add_argument("--ang-noise", type=float, default=1e-2, help="angle noise std (rad)")

@@ -8,6 +8,8 @@ squares, 400 evaluations, seeds 0..N-1), with the windows' start states swapped:
 - ``oracle``: the noise-free observed components (positions, angles, velocities; the block's
   unobserved height and vertical speed stay 0 as ``state_from_obs`` sets them);
 - ``full``: the world's full true state (height and vertical speed too);
+- ``hidden``: the recorded (noisy) observed components with the world's true unobserved ones
+  (the components ``state_from_obs`` leaves constant: the block's height and vertical speed);
 - ``clean``: noise-free data throughout (starts and targets).
 
 Targets stay noisy except in ``clean``. Extra ``key=value`` arguments go to ``CalibConfig``.
@@ -27,14 +29,14 @@ import numpy as np
 
 import twinloop.calib.fit as fitmod
 from twinloop.calib.fit import CalibConfig, calibrate
-from twinloop.calib.windows import Trajectory, free_starts, make_windows
+from twinloop.calib.windows import Trajectory, free_starts, make_windows, quiet_starts
 from twinloop.tasks import make_task
 from twinloop.worlds import SimWorld
 
 sys.path.insert(0, str(Path(__file__).parent))
 from param_recovery import PARAMS, NoisyWorld, hidden_values  # noqa: E402
 
-MODES = ("noisy", "oracle", "full", "clean")
+MODES = ("noisy", "oracle", "full", "hidden", "clean")
 
 
 class RecordingWorld(NoisyWorld):
@@ -58,11 +60,14 @@ def record(task, world, policy, seed, ticks, mode):
         actions.append(a)
         obs, _ = world.step(a)
     states.append(task.state_from_obs(obs))
+    states = np.array(states)
     if mode == "full":
         better = np.stack(world.full)
+    elif mode == "hidden":
+        better = np.where(np.ptp(states, axis=0) > 0, states, np.stack(world.full))
     else:
         better = np.stack([task.state_from_obs(o) for o in world.clean])
-    return Trajectory(np.array(states), np.array(actions), seed), Trajectory(better, np.array(actions), seed)
+    return Trajectory(states, np.array(actions), seed), Trajectory(better, np.array(actions), seed)
 
 
 def main() -> None:
@@ -81,7 +86,7 @@ def main() -> None:
         ws = plain(task_, trajs, cfg)
         if mode in ("noisy", "clean"):
             return ws
-        ok = [free_starts(task_.model, t.states, cfg.start_clearance) for t in trajs]
+        ok = [quiet_starts(free_starts(task_.model, t.states, cfg.start_clearance), cfg.start_quiet) for t in trajs]
         bw = make_windows([better[t.index] for t in trajs], cfg.window, cfg.stride, ok)
         return [replace(w, starts=b.starts) for w, b in zip(ws, bw, strict=True)]
 

@@ -15,6 +15,7 @@ from twinloop.calib import (
     calibrate,
     free_starts,
     make_windows,
+    quiet_starts,
     record_trajectory,
 )
 from twinloop.calib.posterior import profile_factors
@@ -135,6 +136,44 @@ def test_free_starts_exclude_a_pusher_touching_the_block(task):
     touching = s.copy()
     touching[0:2] = s[2:4] - [0.04 + 0.015, 0.0]  # pusher against the block's face
     assert free_starts(task.model, np.stack([s, touching]), 0.003).tolist() == [True, False]
+
+
+def test_quiet_starts_need_the_ticks_before_free_too_except_at_the_episode_start():
+    free = np.array([1, 1, 0, 1, 1, 1, 0, 0, 1, 1], bool)
+    np.testing.assert_array_equal(quiet_starts(free, 0), free)
+    np.testing.assert_array_equal(quiet_starts(free, 1), [1, 1, 0, 0, 1, 1, 0, 0, 0, 1])
+    np.testing.assert_array_equal(quiet_starts(free, 2), [1, 1, 0, 0, 0, 1, 0, 0, 0, 0])
+    with pytest.raises(TwinloopError, match="quiet ticks"):
+        quiet_starts(free, -1)
+
+
+def test_quiet_starts_skip_the_unobserved_hop_a_push_leaves(task, space):
+    # the world's true block height (unobserved: state_from_obs sets it to 0) at window starts
+    world = SimWorld(task, model=space.apply(task.model, TRUTH))
+    off = {0: [], 1: []}
+    for seed in range(3):
+        obs, policy = world.reset(seed), task.excitation(seed, "excite")
+        states, heights = [task.state_from_obs(obs)], [world.data.qpos[4]]
+        for k in range(40):
+            obs, _ = world.step(policy(obs, k))
+            states.append(task.state_from_obs(obs))
+            heights.append(world.data.qpos[4])
+        free = free_starts(task.model, np.array(states), 0.003)
+        for q in off:
+            off[q] += np.abs(np.array(heights)[quiet_starts(free, q)]).tolist()
+    assert np.mean(off[0]) > 2e-5  # right after a push the block is still hopping
+    assert np.mean(off[1]) < 0.5 * np.mean(off[0])
+
+
+def test_calibration_windows_start_a_tick_after_a_contact_by_default(task, excited):
+    from twinloop.calib.fit import _windows
+
+    starts = {tuple(s) for w in _windows(task, excited, CalibConfig()) for s in w.starts}
+    after_contact = [tr.states[k] for tr in excited for k in np.flatnonzero(~free_starts(task.model, tr.states, 0.003)) + 1
+                     if k < tr.ticks]
+    assert after_contact and not starts & {tuple(s) for s in after_contact}
+    every = {tuple(s) for w in _windows(task, excited, CalibConfig(start_quiet=0)) for s in w.starts}
+    assert every & {tuple(s) for s in after_contact}  # without the wait, some windows start there
 
 
 def test_delayed_controls_start_with_the_action_before_the_window(excited):

@@ -2,6 +2,7 @@
 ranking metrics with intervals, the evaluate loop and its command."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -150,13 +151,14 @@ def test_ranking_metrics_of_a_perfect_twin_and_intervals_around_the_point():
         assert lo <= m[k] + 1e-9 and m[k] <= hi + 1e-9 and hi - lo > 0
 
 
-def _summary(world_out, twin_out, seeds, world="shifted", estimate=None):
+def _summary(world_out, twin_out, seeds, world="shifted", estimate=None, noise=0.001):
     """A summary.json's pooled parts: per-episode outcomes of policies (rows) on ``seeds``."""
     def side(out):
         return {f"p{i}": [{"seed": s, "success": bool(o)} for s, o in zip(seeds, row, strict=True)]
                 for i, row in enumerate(out)}
-    return {"world": world, "per_episode": {"world": side(world_out), "calibrated": side(twin_out)},
-            "evaluation": {"calibration": {"estimate": estimate or {"friction": 0.7}}}}
+    sides = {"world": side(world_out), "calibrated": side(twin_out), "calibrated-physics": side(twin_out)}
+    return {"world": world, "per_episode": sides, "evaluation": {"calibration": {
+        "estimate": estimate or {"friction": 0.7}, "delay_steps": 4, "obs_noise": {"x": noise}}}}
 
 
 def test_pooled_runs_on_disjoint_seeds_are_one_evaluation_of_all_their_episodes():
@@ -180,6 +182,10 @@ def test_pooling_refuses_repeated_seeds_other_worlds_other_twins_and_uneven_coun
     with pytest.raises(TwinloopError, match="calibration differs"):
         pool_evaluations([_summary(one, one, [0, 1, 2, 3]),
                           _summary(one, one, [4, 5, 6, 7], estimate={"friction": 0.9})], "calibrated")
+    other_noise = [_summary(one, one, [0, 1, 2, 3]), _summary(one, one, [4, 5, 6, 7], noise=0.002)]
+    with pytest.raises(TwinloopError, match="calibration differs"):  # the calibrated twin-world carries its noise
+        pool_evaluations(other_noise, "calibrated")
+    assert pool_evaluations(other_noise, "calibrated-physics")["episodes"] == 8  # the physics alone does not
     uneven = _summary(one, one, [0, 1, 2, 3])
     uneven["per_episode"]["world"]["p0"] = uneven["per_episode"]["world"]["p0"][:2]
     uneven["per_episode"]["calibrated"]["p0"] = uneven["per_episode"]["calibrated"]["p0"][:2]
@@ -238,6 +244,46 @@ def test_evaluate_writes_the_summary_schema_plot_and_world_episodes(evaluated):
     assert os.path.isdir(f"{out}/episodes/world/scripted+mppi_k=8")
 
 
+def test_a_run_with_world_from_reuses_the_recorded_world_outcomes_instead_of_running_the_world(evaluated, tmp_path):
+    from dataclasses import replace
+
+    earlier = json.loads(open(f"{evaluated['config']['out']}/summary.json").read())
+    flipped = earlier["per_episode"]["world"]["scripted"][0]
+    flipped["success"] = not flipped["success"]  # a world re-run could not reproduce this
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    cfg = replace(TINY, engines=(), world_from=str(tmp_path / "earlier.json"), out=str(tmp_path / "new"))
+    now = run_evaluation(cfg, log=lambda m: None)
+    assert now["per_episode"]["world"] == earlier["per_episode"]["world"]
+    assert now["results"] == earlier["results"]
+    assert now["per_episode"]["calibrated"] == evaluated["per_episode"]["calibrated"]
+    assert now["evaluation"]["policies"][0]["world_success"] == np.mean(
+        [e["success"] for e in earlier["per_episode"]["world"]["scripted"]])
+    assert now["evaluation"]["world_from"] == cfg.world_from
+    assert not (tmp_path / "new" / "episodes").exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"seed": 1}, "ran seeds 0..1 (2), this run needs 100000..100001"),
+    ({"episodes": 3}, "this run needs 0..2 (3)"),
+    ({"policies": ("scripted", "scripted+cem@k=8")}, "no world episodes of policy 'scripted+cem@k=8'"),
+    ({"world_seed": 1}, "its world is"),
+    ({"max_ticks": 9}, "its max_ticks is 8, this run's is 9"),
+])
+def test_world_from_refuses_other_seeds_policies_worlds_and_lengths(evaluated, tmp_path, change, message):
+    from dataclasses import replace
+
+    cfg = replace(TINY, world_from=f"{evaluated['config']['out']}/summary.json", out=str(tmp_path), **change)
+    with pytest.raises(TwinloopError, match=re.escape(message)):
+        run_evaluation(cfg, log=lambda m: None)
+
+
+def test_runs_with_one_calib_seed_calibrate_on_the_same_excitation_whatever_their_episode_seeds():
+    assert EvaluateConfig(seed=2, calib_seed=0).calib_seeds() == EvaluateConfig(seed=0).calib_seeds()
+    assert EvaluateConfig(seed=2).calib_seeds() != EvaluateConfig(seed=0).calib_seeds()
+    with pytest.raises(TwinloopError, match="calib_seed must be an integer >= 0, got -1"):
+        EvaluateConfig(calib_seed=-1)
+
+
 TIMING = ("wall_time_s", "control_hz")
 
 
@@ -286,7 +332,11 @@ def test_evaluate_command_rejects_bad_input_clearly(tmp_path):
                           (["-p", "scripted"], "at least two"),
                           (["--twins", "perfect"], "unknown twin 'perfect'"),
                           (["--engines", "cone=round"], "unknown cone 'round'"),
-                          (["--executor", "slurm"], "unknown executor 'slurm'")):
+                          (["--executor", "slurm"], "unknown executor 'slurm'"),
+                          (["--calib-window", "0"], "window must be an integer >= 1, got 0"),
+                          (["--calib-start-iterations", "-1"], "start_iterations must be an integer >= 0, got -1"),
+                          (["--calib-seed", "-1"], "calib_seed must be an integer >= 0, got -1"),
+                          (["--world-from", "/nonexistent/summary.json"], "does not exist")):
         res = runner.invoke(app, ["evaluate", "--out", str(tmp_path), *args])
         assert res.exit_code == 2, res.output
         assert message in " ".join(res.output.split())

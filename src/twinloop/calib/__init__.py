@@ -23,12 +23,13 @@ from twinloop.calib.windows import (
     as_trajectories,
     free_starts,
     make_windows,
+    quiet_starts,
     record_trajectory,
 )
 
 __all__ = [
     "METHODS", "METRICS", "Alarm", "CalibConfig", "Gap", "GapConfig", "GapMonitor", "MonitorConfig", "Posterior",
     "StateError", "Trajectory", "Windows", "as_trajectories", "calibrate", "divergence", "free_starts", "gap",
-    "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "record_trajectory",
+    "gaps", "infogap_cost", "information_gain", "make_windows", "observed_qpos", "quiet_starts", "record_trajectory",
     "transitions",
 ]

@@ -34,6 +34,7 @@ from twinloop.calib.windows import (
     as_trajectories,
     free_starts,
     make_windows,
+    quiet_starts,
     split_episodes,
 )
 from twinloop.errors import TwinloopError, choose, number
@@ -52,6 +53,14 @@ class CalibConfig:
         stride: ticks between window starts (default: ``window``, no overlap).
         start_clearance: start windows only where no two moving bodies are this close (m) to
             contact (see :func:`~twinloop.calib.windows.free_starts`); ``None`` starts anywhere.
+        start_quiet: with ``start_clearance``, also that many tick boundaries before the start
+            (see :func:`~twinloop.calib.windows.quiet_starts`): the state the world does not
+            observe has settled after a contact; 0 checks the start alone. Measured on
+            block-push (10 trajectories, 1 mm noise, 5 seeds): 1 takes the median error from
+            3.4% to 2.8%, the p90 from 4.3% to 3.0% and interval coverage from 80% to 100%, and
+            is ~30% faster (fewer windows); push-t stays as it was within seed noise (4.5% ->
+            4.7% median, p90 13.9% -> 11.5%), 25% slower (more evaluations before least squares
+            stops).
         pos_scale: error unit of positions (m): 1 mm error counts 1.
         angle_scale: error unit of angles (rad); loose because a point push makes yaw chaotic.
         vel_scale: error unit of velocities (m/s; rad/s scaled like angles).
@@ -99,6 +108,7 @@ class CalibConfig:
     window: int = 5
     stride: int | None = None
     start_clearance: float | None = 0.003
+    start_quiet: int = 1
     pos_scale: float = 1e-3
     angle_scale: float = 5e-2
     vel_scale: float = 2e-2
@@ -124,7 +134,7 @@ class CalibConfig:
     def __post_init__(self):
         choose("calibration method", self.method, METHODS)
         ints = {"window": 1, "max_delay_steps": 0, "max_evals": 2, "max_iter": 1, "particles": 1, "seed": 0,
-                "start_samples": 0, "start_iterations": 0}
+                "start_samples": 0, "start_iterations": 0, "start_quiet": 0}
         for k, low in ints.items():
             object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
         for k, low in (("stride", 1), ("delay_steps", 0), ("cma_popsize", 2)):
@@ -285,7 +295,7 @@ def _start_cost(problem: WindowProblem, cfg: CalibConfig) -> int:
 def _windows(task: Task, trajs: Sequence[Trajectory], cfg: CalibConfig) -> list[Windows]:
     ok = None
     if cfg.start_clearance is not None:
-        ok = [free_starts(task.model, t.states, cfg.start_clearance) for t in trajs]
+        ok = [quiet_starts(free_starts(task.model, t.states, cfg.start_clearance), cfg.start_quiet) for t in trajs]
     return make_windows(trajs, cfg.window, cfg.stride, ok)
 
 

@@ -90,6 +90,7 @@ def calibrate(
     window: int = typer.Option(c.window, help="Multiple-shooting window (control ticks)."),
     stride: int = typer.Option(0, help="Ticks between window starts (0: the window length)."),
     start_clearance: float = typer.Option(c.start_clearance, help="Start windows only where moving bodies are this far apart (m); 0 anywhere."),
+    start_quiet: int = typer.Option(c.start_quiet, help="With --start-clearance: also this many ticks before a window's start (unobserved state settled after a contact)."),
     max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
     errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out); default: when --max-evals affords it."),
     start_samples: int = typer.Option(c.start_samples, help="Predict each window as the mean over this many noisy copies of its start (0: off)."),
@@ -107,7 +108,7 @@ def calibrate(
 ):
     """Fit the twin's physical parameters to recorded episodes; report how well each is pinned down."""
     cfg = CalibConfig(method=method, window=window, stride=stride or None,
-                      start_clearance=start_clearance or None, max_evals=max_evals,
+                      start_clearance=start_clearance or None, start_quiet=start_quiet, max_evals=max_evals,
                       errors_in_variables=errors_in_variables, start_samples=start_samples,
                       start_iterations=start_iterations, keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
                       holdout_fraction=holdout, particles=particles, seed=seed)

@@ -38,8 +38,13 @@ def evaluate(
     twins: str = typer.Option(",".join(e.twins), help=one_of(TWINS, "Twin-worlds, comma-separated (the last is the headline):")),
     method: str = typer.Option(e.calib.method, help=one_of(METHODS, "Calibration method:")),
     max_evals: int = typer.Option(e.calib.max_evals, help="Calibration budget."),
+    calib_window: int = typer.Option(e.calib.window, help="Calibration window length (ticks)."),
+    calib_start_iterations: int = typer.Option(e.calib.start_iterations, help="Calibration: estimate each window's true start "
+                                               "(this many Gauss-Newton steps) instead of trusting the noisy recorded one; 0: off."),
     calib_episodes: int = typer.Option(e.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
     calib_ticks: int = typer.Option(e.calib_ticks, help="Their length (ticks)."),
+    calib_seed: int = typer.Option(None, help="Seed of the excitation episodes and the noise estimate (default: --seed); "
+                                   "pieces of one evaluation on new seeds pass the same one, so they share one twin."),
     posterior: str = typer.Option(None, help="Use this posterior.json (twinloop calibrate) instead of calibrating."),
     models: str = typer.Option("", help="Saved learned twins as more twin-worlds, comma-separated backend=path (learned=l.pt, hybrid=h.pt)."),
     engines: str = typer.Option("", help="Engine variants for the cross-engine report, comma-separated knob=value[+knob=value] "
@@ -47,6 +52,8 @@ def evaluate(
     plan_states: int = typer.Option(e.plan_states, help="World states at which refinement's plan is compared across engines."),
     n_boot: int = typer.Option(e.n_boot, help="Bootstrap resamples of the ranking metrics."),
     record: bool = typer.Option(e.record, help="Write the world episodes as Parquet."),
+    world_from: str = typer.Option(None, help="An earlier evaluation's summary.json: reuse its world episodes instead of "
+                                   "running the world (same task, world, episode length, policies' seeds; else refused)."),
     out: str = typer.Option(e.out, help=OUT_HELP),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
     executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
@@ -58,9 +65,10 @@ def evaluate(
     cfg = EvaluateConfig(task=task, world=world, severity=severity, world_seed=world_seed,
                          policies=tuple(policy) if policy else e.policies, episodes=episodes, seed=seed,
                          max_ticks=max_ticks or None, twins=_list(twins),
-                         calib=replace(e.calib, method=method, max_evals=max_evals), calib_episodes=calib_episodes,
-                         calib_ticks=calib_ticks, posterior=posterior, models=_list(models), engines=variants, plan_states=plan_states,
-                         n_boot=n_boot, record=record, out=out)
+                         calib=replace(e.calib, method=method, max_evals=max_evals, window=calib_window,
+                                     start_iterations=calib_start_iterations), calib_episodes=calib_episodes,
+                         calib_ticks=calib_ticks, calib_seed=calib_seed, posterior=posterior, models=_list(models), engines=variants, plan_states=plan_states,
+                         n_boot=n_boot, record=record, world_from=world_from, out=out)
     console.print(f"[bold]twinloop evaluate[/] {cfg.task}: {len(cfg.policies)} policies x {cfg.episodes} episodes "
                   f"in the {cfg.world} world and the {', '.join(cfg.twins)} twin(s)"
                   + (f", {len(variants)} engine variants" if variants else ""))

@@ -19,6 +19,12 @@ intervals that resample each policy's episodes (seeds, paired across sides): how
 these episode counts pin the numbers down for *these* policies, not how they generalize to
 other policies. ``engines=`` adds the cross-engine report (:mod:`twinloop.run.engines`).
 
+``world_from=`` reuses the world episodes of an earlier evaluation (its ``summary.json``) instead
+of running the world again: new twins judged against outcomes already recorded, as a real
+robot's would be. The earlier run must have the same task, world (its ``describe()``, so the
+same hidden physics, severity and seed), episode length and, for every policy here, exactly
+these seeds; anything else is refused. Its world rows and per-episode outcomes are copied.
+
 Writes to ``out``: ``summary.json`` (shared schema: ``results`` are the world's rows; plus
 ``evaluation``), ``evaluation.png`` (twin vs world success, one point per policy and twin,
 diagonal drawn), ``posterior.json`` (the calibration, reusable as ``posterior=``) and the world
@@ -27,6 +33,7 @@ episodes under ``episodes/world/<policy>``.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -80,6 +87,8 @@ class EvaluateConfig:
         calib: the calibration of the calibrated twins (``delay_steps=None`` estimates the delay).
         calib_episodes: excitation episodes recorded in the world for calibration.
         calib_ticks: their length (ticks).
+        calib_seed: seeds the excitation episodes and the noise estimate (default: ``seed``); runs
+            that pool into one evaluation (new seeds, same twin) pass the same one.
         posterior: a saved posterior (``posterior.json`` of ``twinloop calibrate``) to use
             instead of calibrating.
         models: saved learned twins as more twin-worlds, ``backend=path`` (``learned=l.pt``,
@@ -87,7 +96,9 @@ class EvaluateConfig:
         engines: engine variants for the cross-engine report (``Engine.parse`` strings).
         plan_states: world states at which refinement's selected plan is compared across engines.
         n_boot: bootstrap resamples.
-        record: write the world episodes to ``out/episodes/world``.
+        record: write the world episodes to ``out/episodes/world`` (none with ``world_from``).
+        world_from: an earlier evaluation's ``summary.json`` whose world episodes are reused
+            instead of running the world (see the module docstring for what must match).
         out: output folder.
     """
 
@@ -103,12 +114,14 @@ class EvaluateConfig:
     calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=300, delay_steps=None))
     calib_episodes: int = 10
     calib_ticks: int = 60
+    calib_seed: int | None = None
     posterior: str | None = None
     models: tuple[str, ...] = ()
     engines: tuple[str, ...] = ()
     plan_states: int = 30
     n_boot: int = 1000
     record: bool = True
+    world_from: str | None = None
     out: str = "twinloop-eval"
 
     def __post_init__(self):
@@ -135,6 +148,9 @@ class EvaluateConfig:
         for name in ("episodes", "calib_episodes", "calib_ticks", "n_boot"):
             if getattr(self, name) < 1:
                 raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.calib_seed is not None and (isinstance(self.calib_seed, bool) or int(self.calib_seed) != self.calib_seed
+                                            or self.calib_seed < 0):
+            raise TwinloopError(f"calib_seed must be an integer >= 0, got {self.calib_seed!r}")
         if self.plan_states < 0:
             raise TwinloopError(f"plan_states must be >= 0, got {self.plan_states}")
         if not 0 <= self.severity <= 3:
@@ -148,8 +164,11 @@ class EvaluateConfig:
     def episode_seeds(self) -> list[int]:
         return [self.seed * 100_000 + i for i in range(self.episodes)]
 
+    def calib_base_seed(self) -> int:
+        return self.seed if self.calib_seed is None else self.calib_seed
+
     def calib_seeds(self) -> list[int]:
-        return [self.seed * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
+        return [self.calib_base_seed() * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
 
 
 @dataclass(frozen=True)
@@ -165,7 +184,8 @@ class TwinEstimate:
 def estimate_twin(cfg: EvaluateConfig, task, world, log: Callable[[str], None] = print) -> TwinEstimate:
     """Calibrate the twin to excitation episodes recorded in ``world`` (or load ``cfg.posterior``);
     estimate the observation noise from the same data."""
-    return calibrated_twin(task, world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks, cfg.posterior, cfg.seed, log)
+    return calibrated_twin(task, world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks, cfg.posterior,
+                           cfg.calib_base_seed(), log)
 
 
 def calibrated_twin(task, world, calib: CalibConfig, seeds, ticks: int, posterior: str | None = None,
@@ -212,6 +232,36 @@ def _world_factories(cfg: EvaluateConfig, est: TwinEstimate | None, engine: Engi
         else:
             out[t] = partial(TwinWorld, params=est.params, engine=engine) if t == "calibrated-physics" else partial(
                 TwinWorld, params=est.params, delay_steps=est.delay_steps, obs_noise=est.obs_noise, engine=engine)
+    return out
+
+
+def recorded_world(cfg: EvaluateConfig, task, world) -> dict[str, dict]:
+    """The world side of ``cfg.world_from`` for this run: per policy label, ``{"result": its
+    results row, "episodes": its per-episode rows}``; a :class:`TwinloopError` names what does
+    not match (task, world, episode length, a policy or its seeds)."""
+    path = cfg.world_from
+    s = read_json(path, "world_from summary")
+    try:
+        config, rows, results = s["config"], s["per_episode"]["world"], {r["controller"]: r for r in s["results"]}
+        theirs = {"task": s["task"], "world": s["world"], "max_ticks": config["max_ticks"]}
+    except (KeyError, TypeError) as exc:
+        raise TwinloopError(f"world_from {path!r} is not an evaluation summary.json (missing {exc})") from exc
+    ours = {"task": task.name, "world": json.loads(json.dumps(world.describe())), "max_ticks": cfg.max_ticks}
+    for key, value in ours.items():
+        if theirs[key] != value:
+            raise TwinloopError(f"world_from {path!r}: its {key} is {theirs[key]!r}, this run's is {value!r}: "
+                                "not the same world episodes")
+    seeds = cfg.episode_seeds()
+    out = {}
+    for spec in cfg.specs():
+        label = spec.label
+        if label not in rows or label not in results:
+            raise TwinloopError(f"world_from {path!r} has no world episodes of policy {label!r}; it has {sorted(rows)}")
+        if [r["seed"] for r in rows[label]] != seeds:
+            got = [r["seed"] for r in rows[label]]
+            raise TwinloopError(f"world_from {path!r}: policy {label!r} ran seeds {got[0]}..{got[-1]} ({len(got)}), "
+                                f"this run needs {seeds[0]}..{seeds[-1]} ({len(seeds)}): pass its --seed and --episodes")
+        out[label] = {"result": results[label], "episodes": rows[label]}
     return out
 
 
@@ -265,17 +315,20 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     specs = cfg.specs()
     labels = [s.label for s in specs]
     seeds = cfg.episode_seeds()
+    reused = recorded_world(cfg, task, world) if cfg.world_from else None  # refused before any work
     est = estimate_twin(cfg, task, world, log) if any(t != "nominal" for t in cfg.twins) else None
     if est is not None and est.posterior is not None:
         write_json(out / "posterior.json", est.posterior.to_dict(), allow_nan=False)  # reusable: posterior=
     engines = [Engine.parse(e) for e in cfg.engines]
     sides = dict(_world_factories(cfg, est))
+    if reused is not None:
+        del sides["world"]
     base = cfg.twins[-1]
     for e in engines:
         sides[f"{base} | {e.label}"] = _world_factories(cfg, est, e)[base]
     jobs = [(side, i) for side in sides for i in range(len(specs))]
     datasets = {}
-    if cfg.record:
+    if cfg.record and reused is None:
         for i, label in enumerate(labels):
             datasets[i] = Dataset.create(out / "episodes" / "world" / _folder(label), {"fps": 1.0 / task.control_period, "twinloop": {
                 "task": task.name, "controller": label, "world": world.describe(), "seed": cfg.seed,
@@ -294,12 +347,19 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         if progress is not None:
             progress(side, counts[side], len(seeds) * len(specs))
 
-    log(f"{len(specs)} policies x {len(sides)} sides x {len(seeds)} episodes")
+    log(f"{len(specs)} policies x {len(sides)} sides x {len(seeds)} episodes"
+        + (f" (the world's reused from {cfg.world_from})" if reused is not None else ""))
     results = (executor or SerialExecutor()).run(batches, on_episode)
-    eps = {side: {} for side in sides}
+    per_episode = {"world": {lab: r["episodes"] for lab, r in reused.items()}} if reused is not None else {}
+    per_episode.update({side: {} for side in sides})
+    world_rows = {lab: r["result"] for lab, r in reused.items()} if reused is not None else {}
     for (side, i), res in zip(jobs, results, strict=True):
-        eps[side][labels[i]] = res
-    outcome = {side: np.array([[e.success for e in eps[side][lab]] for lab in labels], float) for side in sides}
+        per_episode[side][labels[i]] = [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
+                                         "ticks": e.ticks} for e in res]
+        if side == "world":
+            world_rows[labels[i]] = summarize(labels[i], res)
+    outcome = {side: np.array([[e["success"] for e in v[lab]] for lab in labels], float)
+               for side, v in per_episode.items()}
 
     compared = [*(m.partition("=")[0] for m in cfg.models), *cfg.twins]
     twins = {t: ranking_metrics(outcome[t], outcome["world"], cfg.n_boot, cfg.seed) for t in compared}
@@ -316,6 +376,8 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         row["error"] = row["twin_success"] - row["world_success"]
         policies.append(row)
     evaluation = {"twin": base, **twins[base], "episodes": n, "policies": policies, "twins": twins}
+    if reused is not None:
+        evaluation["world_from"] = cfg.world_from
     if est is not None:
         evaluation["calibration"] = calibration_record(task, world, est)
     summary = {
@@ -324,10 +386,8 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         "seed": cfg.seed,
         "episodes": n,
         "config": asdict(cfg),
-        "results": [summarize(lab, eps["world"][lab]) for lab in labels],
-        "per_episode": {side: {lab: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
-                                      "ticks": e.ticks} for e in v] for lab, v in eps[side].items()}
-                        for side in sides},
+        "results": [world_rows[lab] for lab in labels],
+        "per_episode": per_episode,
         "evaluation": evaluation,
     }
     if engines:
@@ -367,7 +427,10 @@ def pool_evaluations(summaries: Sequence[Mapping], twin: str, n_boot: int = 1000
     if len(summaries) == 0:
         raise TwinloopError("pool_evaluations needs at least one summary")
     def identity(s: Mapping) -> dict:
-        return {"world": s["world"], "calibration": s["evaluation"].get("calibration", {}).get("estimate")}
+        cal = s["evaluation"].get("calibration", {})
+        # the calibrated twin-world also carries the delay and the noise: the same twin has the same ones
+        keys = ("estimate", "delay_steps", "obs_noise") if twin == "calibrated" else ("estimate",)
+        return {"world": s["world"], "calibration": {k: cal.get(k) for k in keys}}
 
     ref = identity(summaries[0])
     world: dict[str, list] = {}
@@ -429,4 +492,4 @@ def evaluation_table(summary: dict):
 
 
 __all__ = ["DEFAULT_POLICIES", "TWINS", "EvaluateConfig", "TwinEstimate", "calibrated_twin", "estimate_twin", "evaluation_table",
-           "policy_in_world", "pool_evaluations", "ranking_metrics", "run_evaluation"]
+           "policy_in_world", "pool_evaluations", "ranking_metrics", "recorded_world", "run_evaluation"]
