@@ -2,11 +2,14 @@
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from twinloop.cli import app
 from twinloop.data.dataset import Dataset
+from twinloop.run.compare import RunConfig, build
+from twinloop.tasks import make_task
 
 runner = CliRunner()
 SMALL = ["--task", "block-push", "--episodes", "2", "--max-ticks", "6", "-k", "8"]
@@ -29,6 +32,18 @@ def test_run_writes_the_shared_summary_schema(tmp_path):
         lo, hi = r["success_ci"]
         assert 0 <= lo <= r["success_rate"] <= hi <= 1
     assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_run_plans_under_prior_particles_when_asked(tmp_path):
+    s = run(tmp_path, "--no-video", "--no-record", "--particles", "3", "--risk", "worst")
+    assert s["config"]["particles"] == 3 and s["config"]["refiner"]["risk"] == "worst"
+    space = make_task("block-push").param_space()
+    _, _, _, refiner = build(RunConfig(task="block-push", particles=3))
+    assert refiner.params.shape == (3, len(space))
+    np.testing.assert_array_equal(refiner.params[0], space.nominal)
+    assert not np.allclose(refiner.params[1:], space.nominal)
+    np.testing.assert_array_equal(build(RunConfig(task="block-push", particles=3))[3].params, refiner.params)
+    assert build(RunConfig(task="block-push"))[3].params is None
 
 
 def test_run_records_every_episode_as_a_dataset(tmp_path):
@@ -86,6 +101,8 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--horizon", "nan"], "horizon (s) must be a finite number > 0, got nan"),
         (["--severity", "7"], "severity must be an integer >= 0 and <= 3, got 7"),
         (["--noise", "-0.1"], "MPPI noise must be a finite number > 0, got -0.1"),
+        (["--particles", "-1"], "particles must be an integer >= 0, got -1"),
+        (["--prior-margin", "1.5"], "prior_margin must be a finite number >= 0 and < 1, got 1.5"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):

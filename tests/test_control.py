@@ -96,6 +96,29 @@ def test_refinement_lowers_the_cost_of_a_poor_start(task, twin):
     assert ref.refine(s, warm=away).cost < 0.9 * c0[0]
 
 
+def test_a_prior_margin_keeps_the_prior_unless_a_candidate_beats_it_by_that_fraction(task, twin):
+    s = task.initial_state(np.random.default_rng(1))
+    prior = refiner(task, twin).hold_plan(np.array([-0.3, 0.3]))
+    free = refiner(task, twin, iterations=2, num_samples=32).refine(s, prior=prior)
+    gain = 1 - free.cost / free.prior_cost
+    assert 0 < gain < 1
+    kept = refiner(task, twin, iterations=2, num_samples=32, prior_margin=gain + 0.01).refine(s, prior=prior)
+    np.testing.assert_array_equal(kept.plan.knots, prior.knots)
+    assert kept.cost == kept.prior_cost
+    won = refiner(task, twin, iterations=2, num_samples=32, prior_margin=gain - 0.01).refine(s, prior=prior)
+    np.testing.assert_array_equal(won.plan.knots, free.plan.knots)
+    assert won.cost == free.cost
+
+
+def test_a_prior_kept_by_the_margin_is_sent_exactly(task, twin):
+    ref = refiner(task, twin, num_samples=16, horizon=0.5, exact_prior=True, prior_margin=0.99)
+    s = task.initial_state(np.random.default_rng(0))
+    chunk = np.tile(s[:2], (ref.spec.horizon_ticks, 1))
+    chunk[2:] += [0.03, -0.02]  # a step the knots cannot express
+    res = ref.refine(s, prior=ref.plan_from_actions(chunk), warm=ref.hold_plan(s[:2]))
+    np.testing.assert_allclose(res.plan.actions(), chunk, atol=1e-12)
+
+
 def test_same_seed_same_plan(task, twin):
     s = task.initial_state(np.random.default_rng(2))
     a = refiner(task, twin, seed=3).refine(s).plan.knots
@@ -157,6 +180,8 @@ def test_config_rejects_bad_values():
         RefinerConfig(risk="median")
     with pytest.raises(TwinloopError, match="deadline"):
         RefinerConfig(deadline=0)
+    with pytest.raises(TwinloopError, match="prior_margin must be a finite number >= 0 and < 1, got 1"):
+        RefinerConfig(prior_margin=1.0)
 
 
 def test_particles_and_risk_reach_the_cost(task, twin):

@@ -138,6 +138,16 @@ def test_prior_samples_are_seeded_and_inside_bounds():
     assert a.std(axis=0).min() > 0
 
 
+def test_prior_particles_start_at_the_nominal_then_draw_from_the_prior():
+    space = make_task("block-push").param_space()
+    p = space.prior_particles(np.random.default_rng(0), 5)
+    assert p.shape == (5, len(space))
+    np.testing.assert_array_equal(p[0], space.nominal)
+    # the same stream as sample_prior: particles 1.. are its draws 1..
+    np.testing.assert_array_equal(p[1:], space.sample_prior(np.random.default_rng(0), 5)[1:])
+    assert (np.abs(p[1:] - space.nominal) > 0).all()
+
+
 CLOTH = """
 <mujoco>
   <option timestep="0.01" integrator="discrete"/>

@@ -70,6 +70,10 @@ class RefinerConfig:
             keeps what its knots cannot express as per-tick ``detail`` (a grasp closing between
             two ticks; see :class:`~twinloop.plan.Plan`). Off: the chunk's least-squares knots,
             a smoothed copy of it.
+        prior_margin: trust in the base proposal: the refined plan replaces the prior only
+            where its cost is lower by more than this fraction of the prior's, ``J < (1 -
+            margin) |J_prior|`` (0: any improvement the twin predicts; a twin whose errors are
+            known should not win on small predicted gains).
     """
 
     num_samples: int = 64
@@ -85,6 +89,7 @@ class RefinerConfig:
     prune_keep: float = 0.5
     carry: int = 0
     exact_prior: bool = False
+    prior_margin: float = 0.0
 
     def __post_init__(self):
         checked = {
@@ -95,6 +100,7 @@ class RefinerConfig:
             "deadline": None if self.deadline is None else number(self.deadline, "deadline (s)", low=0, low_open=True),
             "cvar_alpha": number(self.cvar_alpha, "cvar_alpha", low=0, high=1, low_open=True),
             "seed": number(self.seed, "seed", low=0, integer=True),
+            "prior_margin": number(self.prior_margin, "prior_margin", low=0, high=1, high_open=True),
         }
         for k, v in checked.items():
             object.__setattr__(self, k, v)
@@ -349,6 +355,8 @@ class Refiner:
             iter_time = time.perf_counter() - ti
         if best_k is None:
             raise RefinementFailed(f"all {n_roll} rollouts were non-finite or unstable; no plan to select")
+        if cfg.prior_margin and np.isfinite(prior_c) and not best_c < prior_c - cfg.prior_margin * abs(prior_c):
+            best_k, best_c, best_d = prior.knots, prior_c, None if details is None else details[-1]
         elites = None
         if cfg.carry:
             order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")

@@ -228,6 +228,14 @@ class ParamSpace:
         x = self.nominal + rng.standard_normal((n, len(self))) * self.prior_std
         return np.clip(x, self.low, self.high)
 
+    def prior_particles(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``(n, len(self))`` parameter particles for planning under the prior (domain
+        randomization): the nominal values, then ``n - 1`` draws of :meth:`sample_prior` (the
+        nominal takes the first draw's row, so ``n`` fixes the stream)."""
+        x = self.sample_prior(rng, n)
+        x[0] = self.nominal
+        return x
+
     # -- serialization ---------------------------------------------------------------------
 
     def to_dict(self) -> dict:

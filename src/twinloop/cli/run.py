@@ -79,11 +79,14 @@ def run(
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
     seed: int = typer.Option(r.seed),
     max_ticks: int = typer.Option(0, help="Episode length in control ticks (0: the task's)."),
+    particles: int = typer.Option(r.particles, help="Parameter particles the refiner plans under: the nominal values and "
+                                  "draws from the task's parameter prior (domain randomization); 0: the nominal twin."),
     risk: str = typer.Option("mean", help="Risk over parameter particles: mean | worst | cvar."),
     twin_timestep: float = typer.Option(r.twin_timestep or 0.0, help="Twin physics timestep (s), coarser than the scene's (0: the scene's); checked for stability and ranking."),
     prune: float = typer.Option(0.0, help="Fraction of the horizon after which only the best candidates continue (0: off)."),
     carry: int = typer.Option(0, help="Last tick's best candidates carried into the next batch."),
     exact_prior: bool = typer.Option(False, help="Rehearse and send the proposer's action chunks exactly, not as their spline fit (see RefinerConfig.exact_prior)."),
+    prior_margin: float = typer.Option(r.refiner.prior_margin, help="Trust in the base proposal: the refined plan replaces it only where the twin rates it cheaper by more than this fraction of the base's cost (0: any gain)."),
     realtime: bool = typer.Option(r.realtime, help="The world keeps its own clock; the refined controller plans asynchronously."),
     rate: float = typer.Option(0.0, help="Real-time world ticks per second (0: 10 per control period for simulated worlds, the env's own rate otherwise)."),
     latency_comp: bool = typer.Option(a.latency_comp, help="Real time: plan from the state predicted for when the plan applies."),
@@ -103,14 +106,15 @@ def run(
 ):
     """The demo's experiment with every choice as an option."""
     rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, risk=risk,
-                   prune=prune, carry=carry, exact_prior=exact_prior)
+                   prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
                    proposer=proposer, episodes=episodes, seed=seed, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None,
                                              actuation_delay=actuation_delay),
-                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None),
+                   llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None,
+                   particles=particles),
          overwrite, executor, address)
 
 

@@ -82,6 +82,11 @@ class RunConfig:
         noise: the optimizer's sampling noise, a fraction of each action's half-range. ``None``:
             the task's (:attr:`Task.sampling_noise <twinloop.tasks.Task.sampling_noise>`: 0.05
             for the arm tasks), else the optimizer's default.
+        particles: parameter particles the refiner plans under (domain randomization): the
+            nominal values and ``particles - 1`` draws from the prior of the task's
+            ``param_space()`` (:meth:`~twinloop.params.ParamSpace.prior_particles`, seeded by
+            ``seed``); each candidate's costs over them are aggregated by ``refiner.risk``. 0 or 1:
+            the nominal twin alone. Costs P times the rollouts per tick.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -107,6 +112,7 @@ class RunConfig:
     token: str | None = field(default=None, repr=False)
     llm: LLMConfig = field(default_factory=LLMConfig)
     noise: float | None = None
+    particles: int = 0
 
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
@@ -119,6 +125,7 @@ class RunConfig:
         choose("proposer", self.proposer, tuple(PROPOSERS))
         object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
+        object.__setattr__(self, "particles", number(self.particles, "particles", low=0, integer=True))
         if self.max_ticks is not None:
             object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
         if self.twin_timestep is not None:
@@ -149,8 +156,18 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     proposer = make_proposer(task, cfg.proposer)
     twin = refiner_twin(task, cfg.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed, check_twin)
     refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, noise=cfg.noise), cfg.refiner,
-                      keep_rollouts=keep_rollouts)
+                      params=planning_particles(cfg, twin.param_space), keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
+
+
+def planning_particles(cfg: RunConfig, space) -> np.ndarray | None:
+    """``(P, n)`` parameter particles of ``space`` the refiner plans under (see
+    :attr:`RunConfig.particles`), or ``None`` (the nominal twin) for fewer than 2."""
+    if cfg.particles < 2:
+        return None
+    if not len(space):
+        raise TwinloopError(f"particles={cfg.particles}: task {cfg.task!r} has no parameters to draw particles of")
+    return space.prior_particles(np.random.default_rng([cfg.seed, 3]), cfg.particles)
 
 
 def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,

@@ -311,8 +311,7 @@ class RSRLoop:
                 log(f"round {it}/{cfg.rounds}: collecting {cfg.episodes} episodes (beta={cfg.beta:g})")
             if post is None:
                 rng = np.random.default_rng([cfg.seed, 0])
-                particles = self.space.sample_prior(rng, cfg.particles)
-                particles[0] = self.space.nominal
+                particles = self.space.prior_particles(rng, cfg.particles)
             else:
                 particles = post.particles[: cfg.particles]
             self._run(particles, cfg.beta, self._seeds(it, cfg.episodes), f"collect_{it:02d}", progress)
