@@ -315,6 +315,7 @@ class Refiner:
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
         carried = [] if carry is None else list(np.clip(as_array(carry, "carry", (None, *warm.knots.shape)), lo, hi))
         best_k, best_c, prior_c = None, np.inf, np.nan
+        prior_k = prior_d = None  # the prior as rehearsed (row 1 of the first batch)
         n_roll = n_bad = it = n_steps = 0
         last_r = last_c = None
         iter_time = 0.0
@@ -341,7 +342,8 @@ class Refiner:
             n_roll += r.ok.size
             n_bad += r.n_unstable
             if pk is not None and it == 0:
-                prior_c = float(c[1])
+                prior_c, prior_k = float(c[1]), cand[1].copy()
+                prior_d = None if detail is None else detail[1]
             finite = np.isfinite(c)
             if finite.any():
                 j = int(np.argmin(np.where(finite, c, np.inf)))
@@ -356,7 +358,7 @@ class Refiner:
         if best_k is None:
             raise RefinementFailed(f"all {n_roll} rollouts were non-finite or unstable; no plan to select")
         if cfg.prior_margin and np.isfinite(prior_c) and not best_c < prior_c - cfg.prior_margin * abs(prior_c):
-            best_k, best_c, best_d = prior.knots, prior_c, None if details is None else details[-1]
+            best_k, best_c, best_d = prior_k, prior_c, prior_d
         elites = None
         if cfg.carry:
             order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")

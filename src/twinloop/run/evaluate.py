@@ -46,7 +46,7 @@ from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.noise import estimate_obs_noise
 from twinloop.calib.windows import record_trajectory
 from twinloop.data import Dataset
-from twinloop.errors import TwinloopError, choose
+from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.run.engines import engine_report
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
@@ -148,9 +148,8 @@ class EvaluateConfig:
         for name in ("episodes", "calib_episodes", "calib_ticks", "n_boot"):
             if getattr(self, name) < 1:
                 raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.calib_seed is not None and (isinstance(self.calib_seed, bool) or int(self.calib_seed) != self.calib_seed
-                                            or self.calib_seed < 0):
-            raise TwinloopError(f"calib_seed must be an integer >= 0, got {self.calib_seed!r}")
+        if self.calib_seed is not None:
+            object.__setattr__(self, "calib_seed", number(self.calib_seed, "calib_seed", low=0, integer=True))
         if self.plan_states < 0:
             raise TwinloopError(f"plan_states must be >= 0, got {self.plan_states}")
         if not 0 <= self.severity <= 3:
