@@ -30,14 +30,17 @@ from twinloop.control import AsyncConfig, AsyncController, RefinerConfig
 from twinloop.run.compare import RunConfig, build, episode_seeds, realtime_summary, world_ticks
 from twinloop.run.experiment import run_episode
 from twinloop.stats import wilson
+from twinloop.tasks import make_task
+from twinloop.worlds.shifted import ShiftedWorld
 
 
 def run_cell(budget: float, mode: str, episodes: int, base: dict) -> dict:
     cfg = RunConfig(episodes=episodes, video=False, record=False, realtime=True, **base,
                     async_control=AsyncConfig(latency_comp=mode != "off", budget=budget))
-    task, world, proposer, refiner = build(cfg)
     if mode == "delay":  # the world's own actuation delay, known as a robot's would be
-        cfg = replace(cfg, async_control=replace(cfg.async_control, actuation_delay=world.describe()["delay_s"]))
+        delay = ShiftedWorld(make_task(cfg.task), cfg.severity, cfg.seed).describe()["delay_s"]
+        cfg = replace(cfg, refiner=replace(cfg.refiner, actuation_delay=delay))
+    task, world, proposer, refiner = build(cfg)
     ctl = AsyncController(refiner, proposer, cfg.async_control)
     n = world_ticks(cfg, task, world)
     res, rt = [], []
@@ -51,7 +54,7 @@ def run_cell(budget: float, mode: str, episodes: int, base: dict) -> dict:
     k = sum(r.success for r in res)
     lo, hi = wilson(k, len(res))
     return {"budget_fraction": budget / task.control_period, "mode": mode, "latency_comp": mode != "off",
-            "actuation_delay": cfg.async_control.actuation_delay, "episodes": len(res),
+            "actuation_delay": cfg.refiner.actuation_delay, "episodes": len(res),
             "successes": k, "ci": [lo, hi], **realtime_summary(rt), "wall_s": time.perf_counter() - t0}
 
 

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from twinloop.cli import app
+from twinloop.control import RefinerConfig
 from twinloop.data.dataset import Dataset
 from twinloop.run.compare import RunConfig, build
 from twinloop.tasks import make_task
@@ -32,6 +33,13 @@ def test_run_writes_the_shared_summary_schema(tmp_path):
         lo, hi = r["success_ci"]
         assert 0 <= lo <= r["success_rate"] <= hi <= 1
     assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_run_rehearses_behind_the_actuation_delay_it_is_given(tmp_path):
+    s = run(tmp_path, "--no-video", "--no-record", "--actuation-delay", "0.02")
+    assert s["config"]["refiner"]["actuation_delay"] == 0.02
+    cfg = RunConfig(task="block-push", refiner=RefinerConfig(horizon=0.5, actuation_delay=0.02))
+    assert build(cfg, check_twin=False)[3].delay_steps == 2  # 10 ms twin steps
 
 
 def test_run_plans_under_prior_particles_when_asked(tmp_path):
@@ -103,6 +111,8 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--noise", "-0.1"], "MPPI noise must be a finite number > 0, got -0.1"),
         (["--particles", "-1"], "particles must be an integer >= 0, got -1"),
         (["--prior-margin", "1.5"], "prior_margin must be a finite number >= 0 and < 1, got 1.5"),
+        (["--actuation-delay", "-0.01"], "actuation_delay (s) must be a finite number >= 0, got -0.01"),
+        (["--actuation-delay", "0.6"], "actuation_delay 0.6 s is not shorter than the horizon 0.5 s"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):

@@ -1,15 +1,19 @@
 """Refiner and receding-horizon controller: selection, deadline, fallback, end to end."""
 
+import re
+
 import numpy as np
 import pytest
 
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import RefinementFailed, TwinloopError
-from twinloop.plan import make_optimizer
+from twinloop.plan import Plan, make_optimizer
 from twinloop.run.experiment import run_episode
 from twinloop.tasks import make_task
+from twinloop.tasks.base import Task
+from twinloop.tasks.block_push import BlockPush
 from twinloop.twin import MujocoTwin
-from twinloop.worlds import SimWorld
+from twinloop.worlds import SimWorld, TwinWorld
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +223,96 @@ def test_without_exact_prior_a_chunk_is_sent_as_its_spline_fit(task, twin):
     plan = ref.plan_from_actions(chunk)
     assert plan.detail is None
     np.testing.assert_allclose(plan.actions(), ref.basis.ticks(ref.basis.knots_from_ticks(chunk)))
+
+
+# -- a known actuation delay ---------------------------------------------------------------------
+
+DELAY = 30  # physics steps of 5 ms: 1.5 control ticks, so the line holds two ticks' actions
+
+
+def delayed_refiner(task, twin, delay_steps=DELAY, **kw):
+    return refiner(task, twin, horizon=0.5, actuation_delay=delay_steps * twin.dt, **kw)
+
+
+def world_state(world):
+    return np.concatenate([world.data.qpos, world.data.qvel, world.data.act])
+
+
+def test_with_an_actuation_delay_a_candidate_is_rolled_out_as_the_delayed_world_executes_it(task, twin):
+    """The twin applies the actions still in the delay line first, then the candidate's, late:
+    tick by tick its rollout is the state of a world with the same delay sent the same plan."""
+    ref = delayed_refiner(task, twin)
+    world = TwinWorld(task, delay_steps=DELAY)
+    world.reset(4)
+    s0 = world_state(world)
+    line = None
+    for a in ([0.2, -0.1], [-0.15, 0.25]):  # two ticks already sent
+        world.step(np.array(a))
+        line = ref.sent(s0, line, np.array(a))
+    state = world_state(world)
+    knots = np.random.default_rng(1).uniform(-0.3, 0.3, (1, *ref.hold_plan(np.zeros(2)).knots.shape))
+    r, _ = ref.evaluate(state, knots, in_flight=line)
+    for i, a in enumerate(Plan(knots[0], ref.spec).actions()):
+        world.step(a)
+        np.testing.assert_allclose(r.qpos[0, 0, (i + 1) * ref.spec.substeps], world.data.qpos, atol=1e-8)
+    assert not np.allclose(r.qpos[0, 0, -1], refiner(task, twin, horizon=0.5).evaluate(state, knots)[0].qpos[0, 0, -1])
+
+
+class FullStateBlockPush(BlockPush):
+    """Block-push observed as its whole twin state (the task's own observation drops the
+    block's height), so that a prediction can be compared with the world exactly."""
+
+    obs_from_data, state_from_obs = Task.obs_from_data, Task.state_from_obs
+    obs_names = Task.obs_names
+
+
+def test_a_delay_aware_controller_predicts_the_delayed_world_tick_by_tick(twin):
+    """The controller keeps the delay line as it sends: the rollout of the plan it sent
+    predicts the world's next state (the line spans 1.5 ticks, so every tick's prediction
+    depends on the last two actions sent)."""
+    task = FullStateBlockPush()
+    ref = Refiner(task, twin, make_optimizer("mppi"),
+                  RefinerConfig(num_samples=8, horizon=0.5, actuation_delay=DELAY * twin.dt), keep_rollouts=True)
+    ctl = Controller(ref, Proposer(task))
+    world = TwinWorld(task, delay_steps=DELAY)
+    obs = world.reset(2)
+    ctl.reset(2)
+    for _ in range(6):
+        a = ctl.act(obs)
+        res = ctl.last.result
+        predicted = res.rollouts.qpos[0, int(np.argmin(res.costs)), ref.spec.substeps]
+        obs, _ = world.step(a)
+        np.testing.assert_allclose(predicted, world.data.qpos, atol=1e-8)
+
+
+def test_without_an_actuation_delay_candidates_act_at_once(task, twin):
+    s = task.initial_state(np.random.default_rng(3))
+    ref = refiner(task, twin, horizon=0.5, actuation_delay=0.0)
+    assert ref.delay_steps == 0
+    knots = np.random.default_rng(2).uniform(-0.3, 0.3, (3, *ref.hold_plan(np.zeros(2)).knots.shape))
+    r, _ = ref.evaluate(s, knots, in_flight=np.ones((5, 2)))  # a line is ignored: nothing is in flight
+    np.testing.assert_array_equal(r.ctrl, ref.basis.controls(knots))
+
+
+def test_an_actuation_delay_rounds_to_whole_twin_steps(task, twin):
+    assert delayed_refiner(task, twin, delay_steps=4.4).delay_steps == 4
+    assert delayed_refiner(task, twin, delay_steps=0.4).delay_steps == 0
+
+
+@pytest.mark.parametrize("delay, message", [(-0.01, "actuation_delay (s) must be a finite number >= 0, got -0.01"),
+                                            (float("nan"), "actuation_delay (s) must be a finite number >= 0, got nan")])
+def test_a_negative_or_nan_actuation_delay_is_refused(delay, message):
+    with pytest.raises(TwinloopError, match=re.escape(message)):
+        RefinerConfig(actuation_delay=delay)
+
+
+def test_an_actuation_delay_as_long_as_the_horizon_is_refused(task, twin):
+    with pytest.raises(TwinloopError, match=r"actuation_delay 0.5 s is not shorter than the horizon 0.5 s"):
+        refiner(task, twin, horizon=0.5, actuation_delay=0.5)
+
+
+def test_a_delay_line_of_the_wrong_length_is_refused(task, twin):
+    ref = delayed_refiner(task, twin)
+    s = task.initial_state(np.random.default_rng(0))
+    with pytest.raises(TwinloopError, match=re.escape("in_flight (delay line) must have shape (30, 2)")):
+        ref.refine(s, in_flight=np.zeros((20, 2)))

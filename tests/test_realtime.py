@@ -111,28 +111,25 @@ def test_in_flight_controls_are_the_sent_actions_then_the_current_plan(task):
     np.testing.assert_allclose(ctrl[per_tick:], np.tile(a_plan, (2 * per_tick, 1)))
 
 
-def test_prediction_models_the_actuation_delay_with_the_actions_still_in_the_delay_line(task):
-    """With a 40 ms actuation delay (2 ticks of 20 ms) the state a plan starting at 0.16 s
-    meets is the one at 0.20 s, reached through the actions applied over [0.06, 0.16)."""
-    ref = refiner(task)
+def test_prediction_runs_to_the_plan_start_and_hands_on_the_delay_line(task):
+    """With a 40 ms actuation delay (2 ticks of 20 ms) a plan starting at 0.16 s meets the state
+    reached through the actions applied over [0.06, 0.12); those applied over [0.12, 0.16) are
+    still in the delay line the refiner rolls its candidates out behind."""
     acts = {j: np.array([0.01 * j, -0.005 * j]) for j in range(1, 9)}
     state = task.initial_state(np.random.default_rng(0))
     out = {}
     for delay in (0.04, 0.0):
-        ctl = AsyncController(ref, None, AsyncConfig(actuation_delay=delay))
+        ctl = AsyncController(refiner(task, actuation_delay=delay), None)
         ctl._period, ctl._sent = 0.02, dict(acts)
         out[delay] = ctl.predict(state, 0.10, 0.16)
-    (delayed, lead), (undelayed, lead0) = out[0.04], out[0.0]
-    assert lead == pytest.approx(0.10) and lead0 == pytest.approx(0.06)
-    per_tick = int(round(0.02 / ref.twin.dt))
-    r = ref.twin.rollout(state, np.repeat(np.stack([acts[j] for j in range(3, 8)]), per_tick, axis=0))
+    (delayed, line, lead), (undelayed, no_line, lead0) = out[0.04], out[0.0]
+    assert lead == lead0 == pytest.approx(0.06) and no_line is None
+    twin = ctl.refiner.twin
+    per_tick = int(round(0.02 / twin.dt))
+    r = twin.rollout(state, np.repeat(np.stack([acts[j] for j in range(3, 6)]), per_tick, axis=0))
     np.testing.assert_allclose(delayed[: task.model.nq], r.qpos[0, 0, -1])
+    np.testing.assert_allclose(line, np.repeat(np.stack([acts[6], acts[7]]), per_tick, axis=0))
     assert not np.allclose(undelayed[: task.model.nq], delayed[: task.model.nq])
-
-
-def test_actuation_delay_must_be_a_finite_non_negative_time():
-    with pytest.raises(TwinloopError, match="actuation_delay"):
-        AsyncConfig(actuation_delay=-0.01)
 
 
 @pytest.mark.parametrize("comp", [True, False])
@@ -154,6 +151,24 @@ def test_async_controller_plans_ahead_only_with_latency_compensation(task, comp)
         assert np.all(leads == 0) and np.all(np.isnan(starts))
     sent = [r for r in world.log if r.fresh]
     assert len(sent) >= res.ticks // 2  # the actuation side sent at the world's rate
+
+
+@pytest.mark.parametrize("comp", [True, False])
+def test_async_controller_rolls_its_candidates_out_behind_the_delay_line(task, comp):
+    """With an actuation delay (40 ms: 8 twin steps) every planning cycle hands the refiner
+    the delay line: the predicted one, or without compensation the one at the observation."""
+    world = RealtimeWorld(SimWorld(task, period=0.02))
+    ctl = AsyncController(refiner(task, actuation_delay=0.04), task.default_proposer(),
+                          AsyncConfig(latency_comp=comp, budget=0.04))
+    lines, plan = [], ctl.plan
+    ctl.plan = lambda obs, state, warm, carry=None, in_flight=None: (lines.append(in_flight), plan(obs, state, warm, carry, in_flight))[1]
+    try:
+        run_episode(world, ctl, 0, max_ticks=30, record=False)
+    finally:
+        world.close()
+    assert len(lines) >= 2 and all(np.shape(x) == (8, task.nu) and np.isfinite(x).all() for x in lines)
+    sent = {tuple(r.action) for r in world.log if r.fresh}
+    assert {tuple(a) for a in lines[-1]} <= sent  # by then the line holds actions sent, not the start's hold
 
 
 def test_sync_controller_runs_on_a_realtime_world(task):

@@ -40,6 +40,7 @@ import numpy as np
 
 from twinloop import threads
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
+from twinloop.modifiers import through_delay_line
 from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
 from twinloop.tasks.base import Task
@@ -74,6 +75,11 @@ class RefinerConfig:
             where its cost is lower by more than this fraction of the prior's, ``J < (1 -
             margin) |J_prior|`` (0: any improvement the twin predicts; a twin whose errors are
             known should not win on small predicted gains).
+        actuation_delay: the robot's known actuation delay (s; rounded to twin steps, ``D``):
+            an action sent now reaches the actuators ``D`` steps later. Every candidate's
+            rollout then applies the controls still in the delay line (sent before, held as
+            the world holds them) for its first ``D`` steps and its own controls ``D`` steps
+            late, the way the world will execute them. 0: the twin applies a candidate at once.
     """
 
     num_samples: int = 64
@@ -90,6 +96,7 @@ class RefinerConfig:
     carry: int = 0
     exact_prior: bool = False
     prior_margin: float = 0.0
+    actuation_delay: float = 0.0
 
     def __post_init__(self):
         checked = {
@@ -101,6 +108,7 @@ class RefinerConfig:
             "cvar_alpha": number(self.cvar_alpha, "cvar_alpha", low=0, high=1, low_open=True),
             "seed": number(self.seed, "seed", low=0, integer=True),
             "prior_margin": number(self.prior_margin, "prior_margin", low=0, high=1, high_open=True),
+            "actuation_delay": number(self.actuation_delay, "actuation_delay (s)", low=0),
         }
         for k, v in checked.items():
             object.__setattr__(self, k, v)
@@ -187,6 +195,11 @@ class Refiner:
         self.spec = PlanSpec(ticks, task.control_period, substeps, min(self.config.n_knots, ticks),
                              self.config.spline, task.action_low, task.action_high)
         self.basis = PlanBasis(self.spec)
+        #: the actuation delay in twin steps (``config.actuation_delay`` rounded)
+        self.delay_steps = int(round(self.config.actuation_delay / twin.dt))
+        if self.delay_steps >= ticks * substeps:
+            raise TwinloopError(f"actuation_delay {self.config.actuation_delay:g} s is not shorter than the horizon "
+                                f"{ticks * task.control_period:g} s: no candidate would act within it")
         self.params = None if params is None else twin.param_space.check(np.atleast_2d(params), "params")
         # prune at a tick boundary strictly inside the horizon
         self.prune_step = int(round(self.config.prune * ticks)) * substeps if self.config.prune else 0
@@ -220,15 +233,33 @@ class Refiner:
     def hold_plan(self, action) -> Plan:
         return Plan.constant(self.spec, action)
 
-    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None):
-        """Roll out ``(K, N, nu)`` knots (each plus the ``(H, nu)`` per-tick ``detail``); returns
+    def in_flight(self, state: np.ndarray, line=None) -> np.ndarray:
+        """``(D, nu)`` controls per twin step in the actuation delay line, oldest first
+        (``D = delay_steps``): ``line`` checked, or for ``None`` the task's hold action at
+        ``state`` (an episode's start, where a world fills its delay line with it)."""
+        if line is None:
+            return np.repeat(self.task.hold_action(state)[None], self.delay_steps, axis=0)
+        return as_array(line, "in_flight (delay line)", (self.delay_steps, self.task.nu))
+
+    def sent(self, state: np.ndarray, line, action) -> np.ndarray:
+        """The delay line after ``action`` was sent for one control tick (see :meth:`in_flight`)."""
+        held = np.repeat(np.asarray(action, dtype=float)[None], self.spec.substeps, axis=0)
+        return np.concatenate([self.in_flight(state, line), held])[len(held):]
+
+    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None,
+                 in_flight: np.ndarray | None = None):
+        """Roll out ``(K, N, nu)`` knots (each plus the ``(H, nu)`` per-tick ``detail``), behind
+        the ``in_flight`` delay line (see :meth:`in_flight`; only with an actuation delay); returns
         ``(rollouts, (K,) aggregated costs)``. With ``config.prune`` the candidates dropped at
         the prune point (never the first ``keep``) hold their state from there and cost ``inf``."""
-        return self._evaluate(state, knots, keep, detail)[:2]
+        return self._evaluate(state, knots, keep, detail, in_flight)[:2]
 
-    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None):
+    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None,
+                  in_flight: np.ndarray | None = None):
         """:meth:`evaluate`, and the physics steps it simulated."""
         ctrl = self.basis.controls(knots, detail)
+        if self.delay_steps:  # what the actuators will receive: the line's controls, then ours late
+            ctrl = through_delay_line(ctrl, self.in_flight(state, in_flight))
         if not self.prune_step:
             r = self.twin.rollout(state, ctrl, self.params)
             return r, self.score(r), r.ok.size * ctrl.shape[1]
@@ -272,7 +303,8 @@ class Refiner:
         return agg
 
     def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
-               proposals: np.ndarray | None = None, carry: np.ndarray | None = None) -> RefineResult:
+               proposals: np.ndarray | None = None, carry: np.ndarray | None = None,
+               in_flight: np.ndarray | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
         A plan's per-tick ``detail`` (what its knots cannot express: a grasp closing between two
@@ -289,6 +321,8 @@ class Refiner:
             proposals: ``(M, N, nu)`` knots sampled from a stochastic proposer (best-of-N).
             carry: ``(M, N, nu)`` knots carried from the last tick (its ``elites``, shifted);
                 they join the first iteration's batch.
+            in_flight: with ``config.actuation_delay``, the ``(D, nu)`` controls still in the
+                delay line (see :meth:`in_flight`); ``None``: the hold action at ``state``.
 
         Raises:
             RefinementFailed: if no candidate in any iteration had a finite cost.
@@ -297,6 +331,7 @@ class Refiner:
         cfg = self.config
         s = as_array(state, "state", (self.task.nstate,))
         lo, hi = self.spec.low, self.spec.high
+        line = self.in_flight(s, in_flight) if self.delay_steps else None
         if warm is None:
             warm = prior if prior is not None else self.hold_plan((lo + hi) / 2)
         for name, p in (("prior", prior), ("warm", warm)):
@@ -337,7 +372,7 @@ class Refiner:
                 detail = np.repeat(details[:1], len(cand), axis=0)
                 if len(details) > 1:
                     detail[1] = details[1]
-            r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail)
+            r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail, in_flight=line)
             n_steps += steps
             n_roll += r.ok.size
             n_bad += r.n_unstable
@@ -436,6 +471,10 @@ class Controller:
     the parameter particles, starts a background refit, or falls back to the proposer for the
     rest of the episode, as the monitor is configured, and ``last.alarm`` says why. Particles
     a monitor changed are restored at ``reset``.
+
+    With an actuation delay (``RefinerConfig.actuation_delay``) the controller keeps the
+    delay line, the controls it sent that have not reached the actuators yet, and each tick's
+    candidates are rolled out behind it (see :meth:`Refiner.refine`).
     """
 
     def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0,
@@ -457,6 +496,7 @@ class Controller:
             raise TwinloopError("monitor action 'fallback' needs a proposer to fall back to")
         self._warm: Plan | None = None
         self._carry: np.ndarray | None = None
+        self._line: np.ndarray | None = None  # (D, nu) delay line; None: the hold action
         self.last: TickInfo | None = None
         self.n_fallbacks = 0
         self._episode_params = refiner.params
@@ -465,6 +505,7 @@ class Controller:
     def reset(self, seed: int | None = None) -> None:
         self._warm = None
         self._carry = None
+        self._line = None
         self.last = None
         self.n_fallbacks = 0
         if self.monitor is not None:
@@ -491,8 +532,10 @@ class Controller:
             self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high),
                                  alarm=self._gave_up)
         else:
-            plan, self.last = self.plan(obs, state, self._warm, self._carry)
+            plan, self.last = self.plan(obs, state, self._warm, self._carry, self._line)
             self._warm, self._carry = self.carried(plan, self.last)
+        if self.refiner.delay_steps:
+            self._line = self.refiner.sent(state, self._line, self.last.action)
         self.last.alarm = alarm or self.last.alarm
         if self.monitor is not None:
             self.last.gap = self.monitor.score
@@ -531,9 +574,11 @@ class Controller:
             raise TwinloopError(f"proposer returned an action chunk of shape {chunk.shape}, expected (H, {self.task.nu})")
         return chunk
 
-    def plan(self, obs, state: np.ndarray, warm: Plan | None, carry: np.ndarray | None = None) -> tuple[Plan, TickInfo]:
+    def plan(self, obs, state: np.ndarray, warm: Plan | None, carry: np.ndarray | None = None,
+             in_flight: np.ndarray | None = None) -> tuple[Plan, TickInfo]:
         """Refine from twin ``state`` (estimated from ``obs``, or predicted ahead of it) with
-        the proposer's prior, the ``warm`` start and ``carry`` (see :meth:`Refiner.refine`);
+        the proposer's prior, the ``warm`` start, ``carry`` and the delay line ``in_flight``
+        (see :meth:`Refiner.refine`);
         returns the plan and what happened. If refinement fails the base proposal (or the
         warm plan) is returned and counted."""
         prior = None
@@ -547,7 +592,8 @@ class Controller:
             # start still: hold the pusher where it is if the task can say where that is
             warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
         try:
-            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals, carry=carry)
+            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals, carry=carry,
+                                      in_flight=in_flight)
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
             backup = prior if prior is not None else warm
@@ -569,22 +615,17 @@ class AsyncConfig:
             goes). A cycle that finishes early waits out the rest, which stands in for a
             slower planner or a larger model in benchmarks; keep ``RefinerConfig.deadline``
             below it.
-        actuation_delay: world seconds from an action's application by the world to its
-            effect on the actuators (a known property of the robot, e.g. a shifted world's
-            ``delay_s``), modelled by the compensation: the state is predicted for when the
-            plan's first action takes effect, through the actions still in the delay line.
-            Rounded to whole world ticks; 0 (default) models none.
+
+    A known actuation delay is the refiner's (``RefinerConfig.actuation_delay``), as for the
+    synchronous controller.
     """
 
     latency_comp: bool = True
     budget: float | None = None
-    actuation_delay: float = 0.0
 
     def __post_init__(self):
         if self.budget is not None and not (np.isfinite(self.budget) and self.budget > 0):
             raise TwinloopError(f"budget must be > 0 s or None, got {self.budget!r}")
-        if not (np.isfinite(self.actuation_delay) and self.actuation_delay >= 0):
-            raise TwinloopError(f"actuation_delay must be >= 0 s, got {self.actuation_delay!r}")
 
 
 @dataclass
@@ -595,8 +636,7 @@ class PlanCycle:
         obs_time: world time of the observation planned from.
         start: world time the plan starts at (``nan``: when it arrives, no compensation).
         seconds: wall time of the cycle (refine, prediction and any budget wait).
-        lead: predicted ahead (s of world time; 0 without compensation), the actuation
-            delay modelled included.
+        lead: predicted ahead (s of world time; 0 without compensation).
     """
 
     obs_time: float
@@ -622,10 +662,12 @@ class AsyncController(Controller):
     observed state through the actions in flight (those already sent, then the current plan's
     for the ticks before ``t_a``), and plans from it; the plan starts at ``t_a``. Without
     compensation the plan is computed from the observed state and starts when it arrives.
-    With a known actuation delay ``D`` (``config.actuation_delay``) an action applied at
-    ``t`` acts over ``t + D`` on: the prediction runs to ``t_a + D`` with the actions applied
-    over ``[t - D, t_a)`` (those in the delay line), so the plan is made from the state its
-    first action will meet (a Smith predictor); it is still sent from ``t_a``.
+    With a known actuation delay ``D`` (the refiner's ``actuation_delay``) an action applied
+    at ``t`` acts over ``t + D`` on: the prediction to ``t_a`` runs through the actions applied
+    over ``[t - D, t_a - D)``, and those applied over ``[t_a - D, t_a)`` are the delay line the
+    refiner rolls every candidate out behind (as the synchronous controller's is; without
+    compensation, the line at ``t``), so each candidate is rehearsed as the world will
+    execute it.
 
     Args:
         refiner: the refiner (its twin predicts the state ahead).
@@ -738,20 +780,26 @@ class AsyncController(Controller):
                 out[i] = last = last if a is None else a
         return np.repeat(out, per_tick, axis=0)
 
-    def predict(self, state: np.ndarray, t_obs: float, start: float) -> tuple[np.ndarray, float]:
-        """``(state the plan starting at world time start will meet, lead in s)``: the twin
-        rolled from ``state`` (observed at ``t_obs``) through the actions in flight, to
-        ``start`` plus the modelled actuation delay ``D``. Over ``[t_obs, start + D)`` the
-        actuators act on the actions applied over ``[t_obs - D, start)``."""
-        delay = round(self.config.actuation_delay / self._period) * self._period
-        ctrl = self._in_flight(t_obs - delay, start, self.task.hold_action(state))
-        if len(ctrl):
+    def predict(self, state: np.ndarray, t_obs: float, start: float) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """``(state at world time start, the delay line then, lead in s)``: the twin rolled from
+        ``state`` (observed at ``t_obs``) through the actions in flight to ``start``. With the
+        refiner's actuation delay of ``D`` twin steps of ``dt`` the actuators act over
+        ``[t_obs, start)`` on the actions applied over ``[t_obs - D dt, start - D dt)``; the
+        ``(D, nu)`` controls applied over ``[start - D dt, start)`` are the delay line
+        (``None`` without a delay)."""
+        dt, D = self.refiner.twin.dt, self.refiner.delay_steps
+        ahead = int(round((start - t_obs) / dt))
+        back = np.ceil(D * dt / self._period - 1e-6) * self._period  # whole world ticks spanning the line
+        ctrl = self._in_flight(t_obs - back, start, self.task.hold_action(state))
+        ctrl = ctrl[max(len(ctrl) - ahead - D, 0):]
+        line = ctrl[ahead:] if D else None
+        if ahead:
             params = None if self.refiner.params is None else self.refiner.params[:1]
-            r = self.refiner.twin.rollout(state, ctrl, params)
+            r = self.refiner.twin.rollout(state, ctrl[:ahead], params)
             if r.ok[0, 0]:
                 m = self.task.model
                 state = np.concatenate([r.qpos[0, 0, -1], r.qvel[0, 0, -1], state[m.nq + m.nv:]])
-        return state, start + delay - t_obs
+        return state, line, start - t_obs
 
     # -- planner thread ----------------------------------------------------------------------
 
@@ -774,20 +822,22 @@ class AsyncController(Controller):
         c0 = time.perf_counter()
         cfg = self.config
         state = self.task.state_from_obs(obs)
-        start, lead = float("nan"), 0.0
+        start, lead, line = float("nan"), 0.0, None
         if cfg.latency_comp:
             recent = [c.seconds for c in self.cycles[-5:]]
             c = max(recent) if recent else (cfg.budget or self.task.control_period)
             # the first tick boundary after the plan is published, plus one tick of pipeline
             start = (np.ceil((t_obs + c * speed) / period - 1e-6) + 1) * period
-            state, lead = self.predict(state, t_obs, start)
+            state, line, lead = self.predict(state, t_obs, start)
+        elif self.refiner.delay_steps:  # the plan starts when it arrives: the line observed is the best known
+            _, line, _ = self.predict(state, t_obs, t_obs)
         warm = carry = None
         if prev is not None:
             p_plan, p_start, p_tick, _ = prev
             ref = t_obs if np.isnan(start) else start
             shift = 1.0 if np.isnan(p_start) else (ref - p_start) / self.task.control_period
             warm, carry = self.carried(p_plan, p_tick, max(shift, 0.0))
-        plan, tick = self.plan(obs, state, warm, carry)
+        plan, tick = self.plan(obs, state, warm, carry, line)
         if cfg.budget is not None:
             wait = cfg.budget - (time.perf_counter() - c0)
             if wait > 0:

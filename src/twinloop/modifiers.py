@@ -366,14 +366,21 @@ def delay_controls(ctrl: np.ndarray, delay_steps: float, before: np.ndarray) -> 
     return a if w == 0 else (1 - w) * a + w * _shift(ctrl, lo + 1, before)
 
 
+def through_delay_line(ctrl: np.ndarray, line: np.ndarray) -> np.ndarray:
+    """``ctrl (..., T, nu)`` per physics step as the actuators receive it behind a delay line
+    that holds ``line (..., D, nu)`` (the controls already sent, oldest first, as a world's
+    actuation queue holds them): the line's D controls first, then ``ctrl`` D steps late (its
+    last D steps fall past T)."""
+    T = ctrl.shape[-2]
+    line = np.broadcast_to(line, (*ctrl.shape[:-2], *line.shape[-2:]))
+    return np.concatenate([line, ctrl], axis=-2)[..., :T, :]
+
+
 def _shift(ctrl: np.ndarray, k: int, before: np.ndarray) -> np.ndarray:
     if k <= 0:
         return ctrl
-    T = ctrl.shape[-2]
-    k = min(k, T)
-    pad = np.repeat(before[..., None, :], k, axis=-2)
-    return np.concatenate([pad, ctrl[..., : T - k, :]], axis=-2)
+    return through_delay_line(ctrl, np.repeat(before[..., None, :], min(k, ctrl.shape[-2]), axis=-2))
 
 
 __all__ = ["MODIFIERS", "OBJECTS", "Modifier", "delay_controls", "joint_dofs", "raw_cells", "record_flex_materials",
-           "register", "write_model", "write_mjx"]
+           "register", "through_delay_line", "write_model", "write_mjx"]

@@ -91,7 +91,7 @@ def run(
     rate: float = typer.Option(0.0, help="Real-time world ticks per second (0: 10 per control period for simulated worlds, the env's own rate otherwise)."),
     latency_comp: bool = typer.Option(a.latency_comp, help="Real time: plan from the state predicted for when the plan applies."),
     budget: float = typer.Option(0.0, help="Real time: wall seconds each planning cycle takes at least (0: as fast as it goes)."),
-    actuation_delay: float = typer.Option(a.actuation_delay, help="Real time: the world's known actuation delay (s), modelled by the latency compensation."),
+    actuation_delay: float = typer.Option(r.refiner.actuation_delay, help="The world's known actuation delay (s): every candidate is rehearsed behind the actions still in the delay line, as the world will execute it (0: none modelled)."),
     token: str = typer.Option("", envvar="TWINLOOP_TOKEN", help="Shared token of a remote:ADDRESS world."),
     out: str = typer.Option(r.out, help=OUT_HELP),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
@@ -106,13 +106,13 @@ def run(
 ):
     """The demo's experiment with every choice as an option."""
     rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, risk=risk,
-                   prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin)
+                   prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin,
+                   actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
                    proposer=proposer, episodes=episodes, seed=seed, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,
-                   async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None,
-                                             actuation_delay=actuation_delay),
+                   async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),
                    llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None,
                    particles=particles),
          overwrite, executor, address)
