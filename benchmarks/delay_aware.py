@@ -10,7 +10,9 @@ Refiner delays (``--delays``): seconds the refiner models (``RefinerConfig.actua
 reports how well the twin predicted the world: the largest error over the observed keypoints
 (mm) between the state the twin's rollout of the sent plan reached one tick ahead and the
 world's state after that tick (median and 90th percentile over all ticks; the rollout starts
-from the state reconstructed from the observation, so this includes the reconstruction error).
+from the state reconstructed from the observation, so this includes the reconstruction error),
+and the share of ticks at which a candidate beat the base proposal in the twin (so was sent
+instead of it).
 One line per cell and a JSON record per cell in ``--out``.
 
     flock /tmp/twinloop-cpu.lock python benchmarks/delay_aware.py --task rope-shape \\
@@ -43,16 +45,20 @@ def run_cell(cfg: RunConfig, world_kind: str, episodes: list[int]) -> dict:
 
     def ahead(tick):  # the sent plan's state one tick ahead in the twin (the lowest cost: margin 0)
         res = tick.result
-        return None if res is None else res.rollouts.qpos[0, int(np.argmin(res.costs)), refiner.spec.substeps]
+        if res is None:
+            return None
+        return res.rollouts.qpos[0, int(np.argmin(res.costs)), refiner.spec.substeps], bool(res.cost < res.prior_cost)
 
     t0 = time.perf_counter()
     res = [run_episode(world, ctl, s, record=False, ghosts=ahead) for s in episodes]
     wall = time.perf_counter() - t0
-    err = [keypoint_error(task, p, q) for r in res for p, q in zip(r.ghosts, r.qpos[1:], strict=False) if p is not None]
+    ticks = [(g, q) for r in res for g, q in zip(r.ghosts, r.qpos[1:], strict=False) if g is not None]
+    err = [keypoint_error(task, g[0], q) for g, q in ticks]
     row = summarize("refined", res)
     return {"task": cfg.task, "severity": cfg.severity, "world": world_kind, "actuation_delay": cfg.refiner.actuation_delay,
             "seeds": episodes, "per_seed": "".join(str(int(r.success)) for r in res), **row,
             "predict_mm_median": 1000 * float(np.median(err)), "predict_mm_p90": 1000 * float(np.percentile(err, 90)),
+            "prior_replaced": float(np.mean([g[1] for g, _ in ticks])),
             "wall_s": wall}
 
 
@@ -100,7 +106,7 @@ def main() -> None:
             print(f"world {w:8} refiner delay {1000 * delay:4g} ms: {r['successes']}/{r['episodes']} "
                   f"[{100 * lo:.0f}%, {100 * hi:.0f}%], final error {1000 * r['mean_final_error']:.1f} mm, "
                   f"{r['control_hz']:.1f} Hz, one-tick prediction {r['predict_mm_median']:.1f} mm (p90 "
-                  f"{r['predict_mm_p90']:.1f}), per seed {r['per_seed']}, {r['wall_s']:.0f} s", flush=True)
+                  f"{r['predict_mm_p90']:.1f}), base replaced at {100 * r['prior_replaced']:.0f}% of ticks, per seed {r['per_seed']}, {r['wall_s']:.0f} s", flush=True)
             with out.open("a") as f:
                 f.write(json.dumps(r) + "\n")
 
