@@ -8,9 +8,10 @@ Refiner delays (``--delays``): seconds the refiner models (``RefinerConfig.actua
 ``true`` for the shifted world's own. Episodes: the standard seeds of ``twinloop run``
 (``--first`` skips the first ones, to split a long cell into pieces). Besides success, each cell
 reports how well the twin predicted the world: the largest error over the observed keypoints
-(mm) between the state the twin's rollout of the sent plan reached one tick ahead and the
-world's state after that tick (median and 90th percentile over all ticks; the rollout starts
-from the state reconstructed from the observation, so this includes the reconstruction error),
+(mm) between the twin's state one tick ahead and the world's after that tick, for the plan
+sent, from the state it was planned from, rolled out behind the world's delay line and at
+once (median and 90th percentile over all refined ticks; the state is reconstructed from the
+observation, so both include the reconstruction error),
 and the share of ticks at which a candidate beat the base proposal in the twin (so was sent
 instead of it).
 One line per cell and a JSON record per cell in ``--out``.
@@ -31,35 +32,64 @@ import mujoco
 import numpy as np
 
 from twinloop.control import Controller, RefinerConfig
+from twinloop.modifiers import through_delay_line
 from twinloop.run.compare import RunConfig, build, episode_seeds
 from twinloop.run.experiment import run_episode, summarize
 from twinloop.worlds import TwinWorld
 from twinloop.worlds.shifted import ShiftedWorld
 
 
-def run_cell(cfg: RunConfig, world_kind: str, episodes: list[int]) -> dict:
+class RecordingController(Controller):
+    """A controller that keeps the state each tick planned from and the world's delay line
+    (tracked with ``line_refiner``, a refiner that models the world's delay)."""
+
+    def __init__(self, refiner, proposer, line_refiner):
+        super().__init__(refiner, proposer)
+        self.line_refiner, self.state, self.line = line_refiner, None, None
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.line = None
+
+    def plan(self, obs, state, warm, carry=None, in_flight=None):
+        self.state = state
+        return super().plan(obs, state, warm, carry, in_flight)
+
+
+def run_cell(cfg: RunConfig, world_kind: str, episodes: list[int], world_delay: float) -> dict:
     task, world, proposer, refiner = build(cfg, keep_rollouts=True)
     if world_kind != "shifted":
         world = TwinWorld(task, delay_steps=world.delay_steps if world_kind == "delay" else 0)
-    ctl = Controller(refiner, proposer)
+        world_delay = world_delay if world_kind == "delay" else 0.0
+    aware = build(replace(cfg, refiner=replace(cfg.refiner, actuation_delay=world_delay)), check_twin=False)[3]
+    ctl = RecordingController(refiner, proposer, aware)
+    S = refiner.spec.substeps
 
-    def ahead(tick):  # the sent plan's state one tick ahead in the twin (the lowest cost: margin 0)
-        res = tick.result
-        if res is None:
-            return None
-        return res.rollouts.qpos[0, int(np.argmin(res.costs)), refiner.spec.substeps], bool(res.cost < res.prior_cost)
+    def ahead(tick):
+        """The sent plan one tick ahead in the twin from the same state, rolled out behind the
+        world's delay line and at once; whether it replaced the base proposal."""
+        out = None
+        if tick.result is not None:
+            plan = tick.result.plan
+            ctrl = refiner.basis.controls(plan.knots[None], None if plan.detail is None else plan.detail[None])
+            late = through_delay_line(ctrl, aware.in_flight(ctl.state, ctl.line)) if aware.delay_steps else ctrl
+            pred = [refiner.twin.rollout(ctl.state, c).qpos[0, 0, S] for c in (late, ctrl)]
+            out = (*pred, bool(tick.result.cost < tick.result.prior_cost))
+        if aware.delay_steps:
+            ctl.line = aware.sent(ctl.state, ctl.line, tick.action)
+        return out
 
     t0 = time.perf_counter()
     res = [run_episode(world, ctl, s, record=False, ghosts=ahead) for s in episodes]
     wall = time.perf_counter() - t0
     ticks = [(g, q) for r in res for g, q in zip(r.ghosts, r.qpos[1:], strict=False) if g is not None]
-    err = [keypoint_error(task, g[0], q) for g, q in ticks]
+    late, now = ([1000 * keypoint_error(task, g[i], q) for g, q in ticks] for i in (0, 1))
     row = summarize("refined", res)
     return {"task": cfg.task, "severity": cfg.severity, "world": world_kind, "actuation_delay": cfg.refiner.actuation_delay,
             "seeds": episodes, "per_seed": "".join(str(int(r.success)) for r in res), **row,
-            "predict_mm_median": 1000 * float(np.median(err)), "predict_mm_p90": 1000 * float(np.percentile(err, 90)),
-            "prior_replaced": float(np.mean([g[1] for g, _ in ticks])),
-            "wall_s": wall}
+            "predict_delayed_mm": [float(np.median(late)), float(np.percentile(late, 90))],
+            "predict_at_once_mm": [float(np.median(now)), float(np.percentile(now, 90))],
+            "prior_replaced": float(np.mean([g[2] for g, _ in ticks])), "wall_s": wall}
 
 
 def keypoint_error(task, qpos_a: np.ndarray, qpos_b: np.ndarray) -> float:
@@ -101,12 +131,14 @@ def main() -> None:
     for w in a.worlds:
         for d in a.delays:
             delay = true_delay if d == "true" else float(d)
-            r = run_cell(replace(base, refiner=replace(base.refiner, actuation_delay=delay)), w, seeds)
+            r = run_cell(replace(base, refiner=replace(base.refiner, actuation_delay=delay)), w, seeds, true_delay)
             lo, hi = r["success_ci"]
+            (dm, dp), (nm, np90) = r["predict_delayed_mm"], r["predict_at_once_mm"]
             print(f"world {w:8} refiner delay {1000 * delay:4g} ms: {r['successes']}/{r['episodes']} "
                   f"[{100 * lo:.0f}%, {100 * hi:.0f}%], final error {1000 * r['mean_final_error']:.1f} mm, "
-                  f"{r['control_hz']:.1f} Hz, one-tick prediction {r['predict_mm_median']:.1f} mm (p90 "
-                  f"{r['predict_mm_p90']:.1f}), base replaced at {100 * r['prior_replaced']:.0f}% of ticks, per seed {r['per_seed']}, {r['wall_s']:.0f} s", flush=True)
+                  f"{r['control_hz']:.1f} Hz; the sent plan one tick ahead: behind the world's delay line "
+                  f"{dm:.1f} mm (p90 {dp:.1f}), at once {nm:.1f} mm (p90 {np90:.1f}); base replaced at "
+                  f"{100 * r['prior_replaced']:.0f}% of ticks; per seed {r['per_seed']}; {r['wall_s']:.0f} s", flush=True)
             with out.open("a") as f:
                 f.write(json.dumps(r) + "\n")
 
