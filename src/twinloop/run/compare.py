@@ -170,6 +170,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     period = None
     if cfg.realtime and sim:
         period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
+
     def world_of(seed: int):
         return make_world(task, cfg.world, severity=cfg.severity, seed=seed, period=period, token=cfg.token)
 
@@ -299,6 +300,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         all_eps = dict(zip(names, runs, strict=True))
     finally:
         world.close()  # a remote world's socket, a real-time world's clock
+    one_world_seed = cfg.seed if cfg.world in SEEDED_WORLDS else None  # what a row's world_seed is otherwise
     results = []
     for name, eps in all_eps.items():
         results.append(summarize(name, eps))
@@ -313,7 +315,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "wall_time_s": time.perf_counter() - t_start,
         "results": results,
         "world_per_episode": cfg.world_per_episode,
-        "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", cfg.seed), "success": e.success,
+        "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
                              "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
                              **({"world_params": e.stats["world_params"]} if cfg.world_per_episode else {})}
                             for e in v] for k, v in all_eps.items()},
