@@ -201,4 +201,8 @@ def test_run_against_a_served_world(tmp_path):
         thread.join(timeout=5)
         server.close()
     assert s["world"]["served"]["world"] == "shifted" and "token" not in s["config"]
+    # the client does not know the served world's seed; the episodes are the same
+    for name, rows in s["per_episode"].items():
+        assert [r.pop("world_seed") for r in rows] == [None] * len(rows)
+        assert [r.pop("world_seed") for r in local["per_episode"][name]] == [0] * len(rows)
     assert s["per_episode"] == local["per_episode"]
