@@ -12,6 +12,8 @@ the standard evaluation seeds (``DistillConfig.eval_seeds``: 0..N-1 for seed 0):
   held-out loss every 250 steps, evaluate it alone in the world (and in twin-worlds on its own
   training starts), optionally save it.
 - ``execute``: a saved policy alone under chunk-execution variants (``execute``, ``ensemble``).
+- ``infer``: a saved policy alone under sampling variants (``temperature``, ``average``: the
+  mean of several seeded samples per inference, against the flow from zero noise).
 - ``refine``: a saved policy refined at some Ks (optionally with policy samples as proposals).
 - ``collect``: teacher episodes (scripted + MPPI at K) in twin-worlds, optionally with DART
   noise, into a dataset.
@@ -114,6 +116,18 @@ def execute(a) -> None:
         base_alone(run, policy, a.n, f"execute={ex} ensemble={ens}")
 
 
+def infer(a) -> None:
+    from dataclasses import replace
+
+    run = make_run(a.run, a.scratch)
+    policy = DistilledPolicy.load(a.policy, run.task)
+    base = policy.config
+    for variant in a.variants.split(","):
+        temp, avg = variant.split("x")
+        policy.config = replace(base, temperature=float(temp), average=int(avg))
+        base_alone(run, policy, a.n, f"temperature={temp} average={avg}")
+
+
 def refine(a) -> None:
     run = make_run(a.run, a.scratch, proposal_samples=a.proposals)
     policy = DistilledPolicy.load(a.policy, run.task)
@@ -125,14 +139,17 @@ def refine(a) -> None:
 
 
 def collect(a) -> None:
-    run = make_run(a.run, a.scratch, collect=8000)
+    run = make_run(a.run, a.scratch, collect=8000, teacher_warm=not a.cold)
     seeds = run.cfg.collect_seeds()[a.start: a.start + a.count]
     ds, _ = run.dataset("twin", "collect")
     t0 = time.perf_counter()
     res = run.twin_episodes("", lambda: Labelled(run.teacher(None), None, ds, noise=a.noise), seeds)
     dt = time.perf_counter() - t0
-    print(f"{len(res)} teacher episodes, noise {a.noise}: {sum(r.success for r in res)} succeeded, {dt:.0f} s "
-          f"({dt / len(res):.2f} s each), {np.mean([r.ticks for r in res]):.0f} ticks; dataset {ds.root}")
+    eps = ds.episodes()
+    jump = np.mean([np.abs(e.plans[1:, 0] - e.plans[:-1, 1]).mean() for e in eps])
+    print(f"{len(res)} teacher episodes, noise {a.noise}, warm start {not a.cold}: {sum(r.success for r in res)} "
+          f"succeeded, {dt:.0f} s ({dt / len(res):.2f} s each), {np.mean([r.ticks for r in res]):.0f} ticks, plan jump "
+          f"tick to tick {1e3 * jump:.0f} mm; dataset {ds.root}")
 
 
 def main() -> None:
@@ -151,6 +168,9 @@ def main() -> None:
     t.add_argument("--save", default="")
     e = sub.add_parser("execute")
     e.add_argument("--policy", required=True)
+    i = sub.add_parser("infer")
+    i.add_argument("--policy", required=True)
+    i.add_argument("--variants", default="0x1,1x1,1x8,1x32", help="TEMPERATURExAVERAGE,...")
     r = sub.add_parser("refine")
     r.add_argument("--policy", required=True)
     r.add_argument("--ks", default="4,8")
@@ -159,8 +179,9 @@ def main() -> None:
     c.add_argument("--start", type=int, default=40)
     c.add_argument("--count", type=int, default=360)
     c.add_argument("--noise", type=float, default=0.0)
+    c.add_argument("--cold", action="store_true", help="a teacher not warm-started from its last plan")
     a = ap.parse_args()
-    {"labels": labels, "train": train, "execute": execute, "refine": refine, "collect": collect}[a.cmd](a)
+    {"labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "collect": collect}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,26 @@ def test_temporal_ensembling_averages_what_overlapping_chunks_predict(trained, t
     np.testing.assert_array_equal(ens.propose(o[1]), got)  # asked twice in a tick: same answer
 
 
+def test_averaged_proposals_are_seeded_and_spread_less_than_one_sample(torch, task):
+    # labels = a smooth function of the observation + teacher noise of 2 cm
+    rng = np.random.default_rng(3)
+    noisy = [Demo(d.obs, d.actions, d.plans + rng.normal(0.0, 0.02, d.plans.shape)) for d in synthetic_demos(task, n=8)]
+    policy, _ = DistilledPolicy.fit(task, noisy, replace(CFG, steps=300))
+    obs = synthetic_demos(task, n=1, seed=3)[0].obs[0]
+
+    def proposals(average):
+        p = DistilledPolicy(task, policy.net, policy.stats, replace(CFG, temperature=1.0, average=average), CFG.chunk)
+        out = []
+        for seed in range(12):
+            p.reset(seed)
+            out.append(p.propose(obs))
+        return np.array(out)
+
+    one, mean16 = proposals(1), proposals(16)
+    np.testing.assert_array_equal(mean16, proposals(16))  # the same episode seeds, the same chunks
+    assert mean16.std(axis=0).mean() < 0.5 * one.std(axis=0).mean()
+
+
 def test_training_steps_grow_with_the_data_when_given_in_epochs():
     cfg = PolicyConfig(steps=50, epochs=2, batch_size=64)
     assert train_steps(cfg, 640) == 20
@@ -258,6 +278,8 @@ def test_bad_policy_config_names_the_field():
         PolicyConfig(val_fraction=1.0)
     with pytest.raises(TwinloopError, match="epochs"):
         PolicyConfig(epochs=0)
+    with pytest.raises(TwinloopError, match="average"):
+        PolicyConfig(average=4)  # at temperature 0 every flow is the same chunk
 
 
 def test_repeated_samples_are_dropped_once(task):

@@ -96,6 +96,11 @@ class DistillConfig:
         teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
             K; refinement alone for a task without one) | ``policy`` (the current policy
             refined at K; round 1's data always come from the scripted teacher).
+        teacher_warm: the teacher starts each tick's refinement from its last plan shifted
+            (MPPI then samples around a mix of it and the proposal). False: from the proposal
+            alone, so that a label depends on the state and that tick's samples, not on the
+            teacher's earlier plans, which the learner never sees (and, under DAgger, were
+            never executed).
         collect: teacher episodes in twin-worlds before round 1 (about 1 s each on shifted
             push-t at K=32: the cheapest data there is).
         collect_noise: standard deviation of the noise added to the teacher's actions while
@@ -135,6 +140,7 @@ class DistillConfig:
     calib_ticks: int = 60
     posterior: str | None = None
     teacher: str = "scripted"
+    teacher_warm: bool = True
     collect: int = 400
     collect_noise: float = 0.0
     twin_dagger: int = 40
@@ -308,11 +314,11 @@ class DistillRun:
         particles = est.posterior.particles if est.posterior is not None else est.params[None]
         return TwinWorld(self.task, particles[i % len(particles)], delay_steps=est.delay_steps, obs_noise=est.obs_noise)
 
-    def controller(self, proposer, k: int, refine: bool = True) -> Controller:
+    def controller(self, proposer, k: int, refine: bool = True, warm_start: bool = True) -> Controller:
         rcfg = replace(self.cfg.refiner, num_samples=k)
         refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer, noise=self.cfg.noise), rcfg)
         n_prop = self.cfg.proposal_samples if proposer is not None else 0
-        return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop)
+        return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop, warm_start=warm_start)
 
     def episodes(self, label: str, world, controller, seeds: Sequence[int]) -> list[EpisodeResult]:
         """One episode per seed in ``world``; a :class:`Labelled` controller's go to its dataset."""
@@ -336,7 +342,8 @@ class DistillRun:
 
     def teacher(self, policy: DistilledPolicy | None) -> Controller:
         use_policy = self.cfg.teacher == "policy" and policy is not None
-        return self.controller(policy if use_policy else self.scripted, self.cfg.refiner.num_samples)
+        return self.controller(policy if use_policy else self.scripted, self.cfg.refiner.num_samples,
+                               warm_start=self.cfg.teacher_warm)
 
     def policy(self, round_: int) -> DistilledPolicy:
         return DistilledPolicy.load(self.out / f"policy_round{round_}.pt", self.task)
