@@ -388,7 +388,8 @@ def test_tiny_distill_loop_writes_rounds_and_aggregates_data_on_disk(torch, tmp_
         mode, calls = "resume", calls + 1
         if part["complete"]:
             break
-    assert calls == len(stages(cfg)) == 7  # collect, baseline, train/evaluate/aggregate 1, train/evaluate 2
+    # collect, baseline at K=4 and 8, train/alone/K=4/K=8/aggregate 1, train/alone/K=4/K=8 2
+    assert calls == len(stages(cfg)) == 12
     timeless = ("train_seconds",)
     assert [{k: v for k, v in r.items() if k not in timeless} for r in part["rounds"]] == \
         [{k: v for k, v in r.items() if k not in timeless} for r in rounds]

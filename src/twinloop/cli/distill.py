@@ -42,10 +42,11 @@ def rounds_table(summary: dict):
                 "min K", "K at goal", "success by K"):
         t.add_column(col, justify="right")
     for r in (r for r in summary["rounds"] if "base_success" in r):
-        by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in r["k_success"].items())
+        by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in r.get("k_success", {}).items())
         eps = r["train_episodes"]
+        refined = _pct(r["refined_success"]) if "refined_success" in r else "-"  # a run in pieces: not yet
         t.add_row(str(r["round"]), f"{eps['twin']}+{eps['world']}", f"{r['train_seconds']:.0f}",
-                  _pct(r["base_success"]), _pct(r["refined_success"]), str(r["min_k"]), str(r["k_at_goal"]), by_k)
+                  _pct(r["base_success"]), refined, str(r.get("min_k")), str(r.get("k_at_goal")), by_k)
     for name, b in summary["baselines"].items():
         by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in b["k_success"].items())
         t.add_row(name, "", "", "", "", str(b["min_k"]), str(b["k_at_goal"]), by_k)

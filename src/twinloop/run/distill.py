@@ -360,19 +360,19 @@ class DistillRun:
                  f"{sum(r.success for r in got)}/{len(got)} succeeded")
         return [rel]
 
-    def baseline(self, name: str, state: dict) -> list[str]:
-        """Refinement without the learned policy, swept over the Ks once."""
+    def baseline(self, arg: str, state: dict) -> list[str]:
+        """Refinement without the learned policy at one K of the sweep (``arg``: ``name K=k``)."""
         cfg = self.cfg
+        name, k = arg.split(" ")
+        k = int(k.removeprefix("K="))
         proposer = None if BASELINES[name] == "none" else self.scripted
         if BASELINES[name] == "scripted" and proposer is None:
             return []  # a task without a scripted proposer has no such baseline
-        sweep = {k: self.episodes(f"{name} K={k}", self.world, self.controller(proposer, k), cfg.eval_seeds())
-                 for k in cfg.k_sweep}
-        _record(state, name, sweep[cfg.refiner.num_samples])
-        rates = {k: _rate(v) for k, v in sweep.items()}
-        state["summary"]["baselines"][name] = {
-            "k_success": {str(k): v for k, v in rates.items()}, "k_error": {str(k): _error(v) for k, v in sweep.items()},
-            "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success)}
+        got = self.episodes(f"{name} K={k}", self.world, self.controller(proposer, k), cfg.eval_seeds())
+        if k == cfg.refiner.num_samples:
+            _record(state, name, got)
+        b = state["summary"]["baselines"].setdefault(name, {"k_success": {}, "k_error": {}})
+        _swept(b, k, got, cfg.goal_success)
         return []
 
     def train(self, arg: str, state: dict) -> list[str]:
@@ -401,26 +401,32 @@ class DistillRun:
         return []
 
     def evaluate(self, arg: str, state: dict) -> list[str]:
-        """The round's policy alone and refined at each K, in the world, on the evaluation seeds."""
-        cfg, round_, K = self.cfg, int(arg), self.cfg.refiner.num_samples
-        policy, seeds, n = self.policy(round_), cfg.eval_seeds(), cfg.episodes
-        base = self.episodes(f"base r{round_}", self.world, self.controller(policy, K, refine=False), seeds)
-        sweep = {k: self.episodes(f"K={k} r{round_}", self.world, self.controller(policy, k), seeds) for k in cfg.k_sweep}
-        _record(state, "distilled", base)
-        _record(state, "distilled+refined", sweep[K])
-        rates = {k: _rate(v) for k, v in sweep.items()}
-        k_base = sum(e.success for e in base)
+        """The round's policy in the world, on the evaluation seeds: alone (``arg``: ``r alone``)
+        or refined at one K of the sweep (``r K=k``)."""
+        cfg, K, n = self.cfg, self.cfg.refiner.num_samples, self.cfg.episodes
+        round_, what = arg.split(" ")
+        round_ = int(round_)
+        policy, seeds = self.policy(round_), cfg.eval_seeds()
         rec = next(r for r in state["summary"]["rounds"] if r["round"] == round_)
-        rec.update({
-            "base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base),
-            "refined_success": rates[K], "refined_ci": list(wilson(round(rates[K] * n), n)),
-            "refined_error": _error(sweep[K]),
-            "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success),
-            "k_success": {str(k): v for k, v in rates.items()},
-            "k_error": {str(k): _error(v) for k, v in sweep.items()},
-        })
-        self.log(f"round {round_}: base {100 * k_base / n:.0f}%, refined (K={K}) {100 * rates[K]:.0f}%, "
-                 f"min K {rec['min_k']}, K at {100 * cfg.goal_success:.0f}%: {rec['k_at_goal']}")
+        if what == "alone":
+            base = self.episodes(f"base r{round_}", self.world, self.controller(policy, K, refine=False), seeds)
+            _record(state, "distilled", base)
+            k_base = sum(e.success for e in base)
+            rec.update({"base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base)})
+            self.log(f"round {round_}: the policy alone {k_base}/{n}, mean final error {1e3 * _error(base):.0f} mm")
+            return []
+        k = int(what.removeprefix("K="))
+        got = self.episodes(f"K={k} r{round_}", self.world, self.controller(policy, k), seeds)
+        if k == K:
+            _record(state, "distilled+refined", got)
+            rate = _rate(got)
+            rec.update({"refined_success": rate, "refined_ci": list(wilson(round(rate * n), n)),
+                        "refined_error": _error(got)})
+        rec.setdefault("k_success", {})
+        rec.setdefault("k_error", {})
+        _swept(rec, k, got, cfg.goal_success)
+        self.log(f"round {round_}: refined at K={k} {round(_rate(got) * n)}/{n}; min K so far {rec['min_k']}, "
+                 f"K at {100 * cfg.goal_success:.0f}%: {rec['k_at_goal']}")
         return []
 
     def aggregate(self, arg: str, state: dict) -> list[str]:
@@ -447,12 +453,16 @@ STATE_FILE = "distill_state.json"
 
 
 def stages(cfg: DistillConfig) -> list[str]:
-    """The stages of a run, in order: ``collect``, ``baseline <name>``, then per round
-    ``train r``, ``evaluate r`` and (before the next round) ``aggregate r``. Calibration is
-    not one: it is redone (or ``posterior.json`` reloaded) every time a run starts or resumes."""
-    out = ["collect", *(f"baseline {b}" for b in cfg.baselines)]
+    """The stages of a run, in order: ``collect``, ``baseline <name> K=<k>`` for each K of the
+    sweep, then per round ``train r``, ``evaluate r alone``, ``evaluate r K=<k>`` for each K
+    and (before the next round) ``aggregate r``: each a few minutes at most, so that a run
+    can go in short pieces. Calibration is not one: it is redone (or ``posterior.json``
+    reloaded) every time a run starts or resumes."""
+    ks = [f"K={k}" for k in cfg.k_sweep]
+    out = ["collect", *(f"baseline {b} {k}" for b in cfg.baselines for k in ks)]
     for r in range(1, cfg.rounds + 1):
-        out += [f"train {r}", f"evaluate {r}"] + ([f"aggregate {r}"] if r < cfg.rounds else [])
+        out += [f"train {r}", f"evaluate {r} alone", *(f"evaluate {r} {k}" for k in ks)]
+        out += [f"aggregate {r}"] if r < cfg.rounds else []
     return out
 
 
@@ -539,7 +549,7 @@ def goals(summary: dict, goal_success: float) -> dict:
     trained = summary["rounds"]
     rounds = [r for r in trained if "base_success" in r]  # evaluated (a run in pieces may not be)
     base = [r["base_success"] for r in rounds]
-    k_d = rounds[-1]["k_at_goal"] if rounds else None
+    k_d = rounds[-1].get("k_at_goal") if rounds else None
     vs = {}
     for name, b in summary["baselines"].items():
         k_b = b["k_at_goal"]
@@ -552,6 +562,15 @@ def goals(summary: dict, goal_success: float) -> dict:
             "base_last": base[-1] if base else None,
             "k_at_goal": vs,
             "max_train_seconds": max((r["train_seconds"] for r in trained), default=None)}
+
+
+def _swept(rec: dict, k: int, episodes: Sequence[EpisodeResult], goal_success: float) -> None:
+    """Add K's success and error to a sweep record (``k_success``, ``k_error``, in K order)
+    and update its ``min_k`` and ``k_at_goal`` over the Ks measured so far."""
+    for key, value in (("k_success", _rate(episodes)), ("k_error", _error(episodes))):
+        rec[key] = dict(sorted({**rec[key], str(k): value}.items(), key=lambda kv: int(kv[0])))
+    rates = {int(kk): v for kk, v in rec["k_success"].items()}
+    rec.update({"min_k": min_k(rates), "k_at_goal": k_at(rates, goal_success)})
 
 
 def _rate(episodes) -> float:
