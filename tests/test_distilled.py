@@ -388,8 +388,8 @@ def test_tiny_distill_loop_writes_rounds_and_aggregates_data_on_disk(torch, tmp_
         mode, calls = "resume", calls + 1
         if part["complete"]:
             break
-    # collect, baseline at K=4 and 8, train/alone/K=4/K=8/aggregate 1, train/alone/K=4/K=8 2
-    assert calls == len(stages(cfg)) == 12
+    # collect, baseline at K=4 and 8, train/alone/K=4/K=8/aggregate twin/aggregate world 1, train/alone/K=4/K=8 2
+    assert calls == len(stages(cfg)) == 13
     timeless = ("train_seconds",)
     assert [{k: v for k, v in r.items() if k not in timeless} for r in part["rounds"]] == \
         [{k: v for k, v in r.items() if k not in timeless} for r in rounds]

@@ -430,22 +430,20 @@ class DistillRun:
         return []
 
     def aggregate(self, arg: str, state: dict) -> list[str]:
-        """DAgger: the round's policy drives in twin-worlds and the teacher labels its states;
-        the policy + refinement acts in the world and its refined plans are labels."""
-        cfg, round_, K = self.cfg, int(arg), self.cfg.refiner.num_samples
-        policy = self.policy(round_)
-        written = []
-        if cfg.twin_dagger:
-            ds, rel = self.dataset("twin", f"dagger_r{round_}")
+        """DAgger (``arg``: ``r twin`` or ``r world``): the round's policy drives in twin-worlds
+        and the teacher labels its states; the policy + refinement acts in the world and its
+        refined plans are labels."""
+        cfg, K = self.cfg, self.cfg.refiner.num_samples
+        round_, side = arg.split(" ")
+        policy = self.policy(int(round_))
+        ds, rel = self.dataset(side, f"dagger_r{round_}")
+        if side == "twin":
             self.twin_episodes(f"dagger r{round_} (twin)", lambda: Labelled(
-                self.teacher(policy), self.controller(policy, K, refine=False), ds), cfg.twin_dagger_seeds(round_))
-            written.append(rel)
-        if cfg.dagger_episodes:
-            ds, rel = self.dataset("world", f"dagger_r{round_}")
+                self.teacher(policy), self.controller(policy, K, refine=False), ds), cfg.twin_dagger_seeds(int(round_)))
+        else:
             self.episodes(f"dagger r{round_} (world)", self.world, Labelled(self.controller(policy, K), None, ds),
-                          cfg.dagger_seeds(round_))
-            written.append(rel)
-        return written
+                          cfg.dagger_seeds(int(round_)))
+        return [rel]
 
 
 #: the resume point of a distill run in its output folder
@@ -455,14 +453,15 @@ STATE_FILE = "distill_state.json"
 def stages(cfg: DistillConfig) -> list[str]:
     """The stages of a run, in order: ``collect``, ``baseline <name> K=<k>`` for each K of the
     sweep, then per round ``train r``, ``evaluate r alone``, ``evaluate r K=<k>`` for each K
-    and (before the next round) ``aggregate r``: each a few minutes at most, so that a run
-    can go in short pieces. Calibration is not one: it is redone (or ``posterior.json``
+    and (before the next round) ``aggregate r twin`` and ``aggregate r world`` (those with
+    episodes to run): each a few minutes at most, so that a run can go in short pieces. Calibration is not one: it is redone (or ``posterior.json``
     reloaded) every time a run starts or resumes."""
     ks = [f"K={k}" for k in cfg.k_sweep]
     out = ["collect", *(f"baseline {b} {k}" for b in cfg.baselines for k in ks)]
     for r in range(1, cfg.rounds + 1):
         out += [f"train {r}", f"evaluate {r} alone", *(f"evaluate {r} {k}" for k in ks)]
-        out += [f"aggregate {r}"] if r < cfg.rounds else []
+        if r < cfg.rounds:
+            out += [f"aggregate {r} {side}" for side, n in (("twin", cfg.twin_dagger), ("world", cfg.dagger_episodes)) if n]
     return out
 
 
