@@ -470,3 +470,13 @@ def test_collection_noise_perturbs_the_sent_actions_not_the_labels_and_is_seeded
     np.testing.assert_array_equal(noisy.plans[0], clean.plans[0])  # the first label, before any noise acted
     assert 0.005 < np.abs(noisy.actions - noisy.plans[:, 0]).mean() < 0.1  # ~5% of a 0.6 m range
     np.testing.assert_array_equal(noisy.actions, again.actions)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_teacher_is_warm_started_only_when_configured(tmp_path, warm):
+    from twinloop.run.distill import DistillRun
+
+    cfg = DistillConfig(task="block-push", world="nominal", teacher_warm=warm, out=str(tmp_path))
+    run = DistillRun(cfg, tmp_path, log=lambda msg: None)
+    assert run.teacher(None).warm_start is warm
+    assert run.controller(run.scripted, 8).warm_start  # the controllers evaluated are always warm-started
