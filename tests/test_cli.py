@@ -63,6 +63,23 @@ def test_same_seed_same_results(tmp_path):
     assert c["per_episode"] != a["per_episode"]
 
 
+def test_world_per_episode_gives_each_episode_its_own_world_for_both_controllers(tmp_path):
+    a = run(tmp_path / "a", "--no-video", "--no-record", "--world-per-episode", "--seed", "1")
+    assert a["world_per_episode"] and a["config"]["world_per_episode"] and a["world"]["world_per_episode"]
+    base, refined = a["per_episode"]["base"], a["per_episode"]["refined"]
+    assert [r["world_seed"] for r in base] == [r["seed"] for r in base] == [100_000, 100_001]
+    assert [r["world_params"] for r in base] == [r["world_params"] for r in refined]
+    assert base[0]["world_params"] != base[1]["world_params"]
+    assert run(tmp_path / "b", "--no-video", "--no-record", "--world-per-episode", "--seed", "1")["per_episode"] \
+        == a["per_episode"]
+
+
+def test_one_world_rows_name_the_run_seed_as_world_seed(tmp_path):
+    s = run(tmp_path, "--no-video", "--no-record", "--seed", "2")
+    assert not s["world_per_episode"]
+    assert {r["world_seed"] for rows in s["per_episode"].values() for r in rows} == {2}
+
+
 def test_run_renders_a_video_with_ghosts(tmp_path):
     from twinloop.viz.video import RenderingUnavailable, gl_backend
 
@@ -103,6 +120,11 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--noise", "-0.1"], "MPPI noise must be a finite number > 0, got -0.1"),
         (["--particles", "-1"], "particles must be an integer >= 0, got -1"),
         (["--prior-margin", "1.5"], "prior_margin must be a finite number >= 0 and < 1, got 1.5"),
+        (["--world-per-episode", "--world", "nominal"], "world 'nominal' takes none"),
+        (["--world-per-episode", "--world", "gym:Pusher-v5"], "world 'gym:Pusher-v5' takes none"),
+        (["--world-per-episode", "--world", "remote:127.0.0.1:5555"], "world 'remote:127.0.0.1:5555' takes none"),
+        (["--world-per-episode", "--world", "bullet"], "world 'bullet' takes none"),
+        (["--world-per-episode", "--realtime"], "world_per_episode cannot run in real time"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):
@@ -179,4 +201,8 @@ def test_run_against_a_served_world(tmp_path):
         thread.join(timeout=5)
         server.close()
     assert s["world"]["served"]["world"] == "shifted" and "token" not in s["config"]
+    # the client does not know the served world's seed; the episodes are the same
+    for name, rows in s["per_episode"].items():
+        assert [r.pop("world_seed") for r in rows] == [None] * len(rows)
+        assert [r.pop("world_seed") for r in local["per_episode"][name]] == [0] * len(rows)
     assert s["per_episode"] == local["per_episode"]

@@ -8,7 +8,7 @@ import pytest
 
 from twinloop.errors import TwinloopError
 from twinloop.tasks import make_task
-from twinloop.worlds import GymWorld, ShiftedWorld, SimWorld
+from twinloop.worlds import GymWorld, PerEpisodeWorld, ShiftedWorld, SimWorld
 
 
 @pytest.fixture(scope="module", params=["push-t", "block-push"])
@@ -150,6 +150,29 @@ def test_shifted_world_rejects_bad_actions(task):
         w.step(np.array([np.nan, 0.0]))
     with pytest.raises(TwinloopError, match="outside"):
         w.step(task.action_high + 1.0)
+
+
+# -- PerEpisodeWorld ------------------------------------------------------------------------
+
+
+def test_per_episode_world_meets_each_episode_in_the_world_its_seed_draws(task):
+    w = PerEpisodeWorld(lambda s: ShiftedWorld(task, severity=2, seed=s), first=0)
+    hidden = {}
+    for seed in (7, 8, 7):
+        obs = w.reset(seed)
+        alone = ShiftedWorld(task, severity=2, seed=seed)
+        np.testing.assert_array_equal(w.world.hidden_params, alone.hidden_params)
+        np.testing.assert_array_equal(obs, alone.reset(seed))  # same start, same noise
+        assert w.drawn()["world_seed"] == seed and w.model is w.world.model
+        hidden[seed] = w.world.hidden_params
+    assert not np.allclose(hidden[7], hidden[8])
+
+
+def test_per_episode_world_describes_the_distribution_without_one_draw(task):
+    w = PerEpisodeWorld(lambda s: ShiftedWorld(task, severity=3, seed=s))
+    d = json.loads(json.dumps(w.describe()))
+    assert d["world_per_episode"] and d["severity"] == 3 and d["world"] == "shifted"
+    assert "params" not in d and "seed" not in d
 
 
 # -- GymWorld -------------------------------------------------------------------------------

@@ -78,6 +78,9 @@ def run(
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
     seed: int = typer.Option(r.seed),
+    world_per_episode: bool = typer.Option(r.world_per_episode, help="A world distribution: each episode in its own "
+                                           "world, its world seed the episode's seed (seeded worlds: shifted); "
+                                           "base and refined meet the same worlds."),
     max_ticks: int = typer.Option(0, help="Episode length in control ticks (0: the task's)."),
     particles: int = typer.Option(r.particles, help="Parameter particles the refiner plans under: the nominal values and "
                                   "draws from the task's parameter prior (domain randomization); 0: the nominal twin."),
@@ -108,7 +111,7 @@ def run(
     rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, risk=risk,
                    prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
-                   proposer=proposer, episodes=episodes, seed=seed, max_ticks=max_ticks or None, out=out,
+                   proposer=proposer, episodes=episodes, seed=seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None,

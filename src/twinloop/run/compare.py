@@ -37,7 +37,14 @@ from twinloop.tasks import TASKS, make_task, task_preferences
 from twinloop.twin import BACKENDS, make_twin
 from twinloop.viz.plots import plot_comparison
 from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
-from twinloop.worlds import RealtimeWorld, SimWorld, make_world, resolve_world
+from twinloop.worlds import (
+    SEEDED_WORLDS,
+    PerEpisodeWorld,
+    RealtimeWorld,
+    SimWorld,
+    make_world,
+    resolve_world,
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,11 @@ class RunConfig:
             baseline row); see ``twinloop.policies.PROPOSERS``.
         episodes: episodes per controller.
         seed: seeds the world's hidden physics and, with the episode index, each episode.
+        world_per_episode: a world distribution: each episode in its own world, whose world seed
+            is the episode's seed (``seed * 100000 + index``;
+            :class:`~twinloop.worlds.PerEpisodeWorld`): base and refined meet the same world on
+            the same episode. Needs a world a seed draws (``twinloop.worlds.SEEDED_WORLDS``:
+            ``shifted``); not in real time (one clock per run).
         max_ticks: episode length (default: the task's).
         out: output folder.
         video: render one refined episode with ghost rollouts.
@@ -101,6 +113,7 @@ class RunConfig:
     proposer: str = "scripted"
     episodes: int = 20
     seed: int = 0
+    world_per_episode: bool = False
     max_ticks: int | None = None
     out: str = "twinloop-out"
     video: bool = True
@@ -132,6 +145,12 @@ class RunConfig:
             object.__setattr__(self, "twin_timestep", number(self.twin_timestep, "twin_timestep (s)", low=0, low_open=True))
         if self.rate is not None:
             object.__setattr__(self, "rate", number(self.rate, "rate (Hz)", low=0, low_open=True))
+        if self.world_per_episode and self.world not in SEEDED_WORLDS:
+            raise TwinloopError(f"world_per_episode draws each episode's world from a seed; world {self.world!r} "
+                                f"takes none (seeded worlds: {', '.join(SEEDED_WORLDS)})")
+        if self.world_per_episode and self.realtime:
+            raise TwinloopError("world_per_episode cannot run in real time (realtime=True): a real-time world "
+                                "keeps one clock for the whole run")
         if not isinstance(self.async_control, AsyncConfig):
             raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
         if not isinstance(self.refiner, RefinerConfig):
@@ -143,14 +162,19 @@ class RunConfig:
 
 def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     """(task, world, proposer, refiner) for a config; in real time the world is a
-    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`). ``check_twin``: check a
+    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`), with
+    ``world_per_episode`` a :class:`~twinloop.worlds.PerEpisodeWorld`. ``check_twin``: check a
     coarser twin timestep once (the driver does; the workers building the same twin need not)."""
     task = make_task(cfg.task)
     sim = cfg.world in ("nominal", "shifted")
     period = None
     if cfg.realtime and sim:
         period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
-    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.seed, period=period, token=cfg.token)
+
+    def world_of(seed: int):
+        return make_world(task, cfg.world, severity=cfg.severity, seed=seed, period=period, token=cfg.token)
+
+    world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.world_per_episode else world_of(cfg.seed)
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
@@ -202,6 +226,11 @@ def episode_seeds(cfg: RunConfig) -> list[int]:
     return [cfg.seed * 100_000 + i for i in range(cfg.episodes)]
 
 
+def world_drawn(world: PerEpisodeWorld, controller) -> dict:
+    """What a world distribution drew for the episode just run (its per-episode row)."""
+    return world.drawn()
+
+
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
     """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
     (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
@@ -247,7 +276,8 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         n_ticks = world_ticks(cfg, task, world)
         batches = [EpisodeBatch(partial(controller_in_world, cfg, n), seeds,
                                 options={"max_ticks": n_ticks, "record": cfg.record},
-                                stats=realtime_stats if cfg.realtime else None) for n in names]
+                                stats=realtime_stats if cfg.realtime else world_drawn if cfg.world_per_episode
+                                else None) for n in names]
         counts = dict.fromkeys(names, 0)
         current = [0]
 
@@ -270,6 +300,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         all_eps = dict(zip(names, runs, strict=True))
     finally:
         world.close()  # a remote world's socket, a real-time world's clock
+    one_world_seed = cfg.seed if cfg.world in SEEDED_WORLDS else None  # what a row's world_seed is otherwise
     results = []
     for name, eps in all_eps.items():
         results.append(summarize(name, eps))
@@ -283,12 +314,15 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         "wall_time_s": time.perf_counter() - t_start,
         "results": results,
-        "per_episode": {k: [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
-                             "ticks": e.ticks} for e in v] for k, v in all_eps.items()},
+        "world_per_episode": cfg.world_per_episode,
+        "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
+                             "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
+                             **({"world_params": e.stats["world_params"]} if cfg.world_per_episode else {})}
+                            for e in v] for k, v in all_eps.items()},
     }
     write_json(out / "summary.json", summary)
     plot_comparison(summary, out / "comparison.png")
-    if cfg.video and (cfg.realtime or not isinstance(world, SimWorld)):
+    if cfg.video and (cfg.realtime or not isinstance(world, (SimWorld, PerEpisodeWorld))):
         log("no video: videos replay a simulated world in synchronous mode")
     elif cfg.video:
         try:

@@ -35,10 +35,11 @@ from twinloop.io import atomic_write
 
 
 def world_label(world) -> str:
-    """Short name of a world: a string as is, a ``describe()`` dict as kind + severity."""
+    """Short name of a world: a string as is, a ``describe()`` dict as kind (+ "per episode") + severity."""
     if not isinstance(world, dict):
         return str(world)
     kind = world.get("world", world.get("kind", "world"))
+    kind += " per episode" if world.get("world_per_episode") else ""
     return f"{kind} (severity {world['severity']})" if "severity" in world else str(kind)
 
 

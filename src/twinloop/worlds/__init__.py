@@ -15,6 +15,7 @@ from twinloop.worlds.base import SimWorld, World
 from twinloop.worlds.bullet import BulletWorld
 from twinloop.worlds.changing import ChangingWorld
 from twinloop.worlds.gym import GymWorld
+from twinloop.worlds.per_episode import PerEpisodeWorld
 from twinloop.worlds.realtime import RealtimeWorld, TickRecord
 from twinloop.worlds.shifted import ShiftedWorld, shifted_params
 from twinloop.worlds.twin import ModelWorld, TwinWorld
@@ -61,6 +62,10 @@ WORLDS: dict[str, Callable[..., World]] = {
     "remote:ADDRESS": _remote,
 }
 
+#: worlds whose hidden physics their ``seed`` option draws (what a world distribution,
+#: :class:`PerEpisodeWorld`, draws from); the others take no seed
+SEEDED_WORLDS: tuple[str, ...] = ("shifted",)
+
 
 def resolve_world(name: str) -> tuple[Callable[..., World], str | None]:
     """``(factory, argument)`` for a world name; the argument is what follows ``PREFIX:``."""
@@ -85,5 +90,5 @@ def make_world(task, name: str, **options) -> World:
     return world
 
 
-__all__ = ["WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "ModelWorld", "RealtimeWorld", "ShiftedWorld",
-           "SimWorld", "TickRecord", "TwinWorld", "World", "make_world", "resolve_world", "shifted_params"]
+__all__ = ["SEEDED_WORLDS", "WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "ModelWorld", "PerEpisodeWorld",
+           "RealtimeWorld", "ShiftedWorld", "SimWorld", "TickRecord", "TwinWorld", "World", "make_world", "resolve_world", "shifted_params"]
