@@ -12,7 +12,11 @@ the standard evaluation seeds (``DistillConfig.eval_seeds``: 0..N-1 for seed 0):
   held-out loss every 250 steps, evaluate it alone in the world (and in twin-worlds on its own
   training starts), optionally save it.
 - ``execute``: a saved policy alone under chunk-execution variants (``execute``, ``ensemble``).
+- ``infer``: a saved policy alone under sampling variants (``temperature``, ``average``: the
+  mean of several seeded samples per inference, against the flow from zero noise).
 - ``refine``: a saved policy refined at some Ks (optionally with policy samples as proposals).
+- ``baseline``: refinement without the learned policy (``refined``: no proposer,
+  ``scripted+refined``) at some Ks, on the evaluation seeds (``DistillRun.baseline``).
 - ``collect``: teacher episodes (scripted + MPPI at K) in twin-worlds, optionally with DART
   noise, into a dataset.
 
@@ -86,9 +90,9 @@ def labels(a) -> None:
 def train(a) -> None:
     run = make_run(a.run, a.scratch)
     g = groups(a.run)
-    demos = [d for k in a.groups.split(",") for d in g[k]]
+    demos = [d for k in a.groups.split(",") for d in g[k][: a.limit or None]]
     if a.extra:
-        demos += Dataset(a.extra).episodes()
+        demos += Dataset(a.extra).episodes()[: a.limit or None]
     cfg = PolicyConfig(chunk=5, steps=a.steps, val_fraction=a.val, patience=a.patience or None)
     policy, log = DistilledPolicy.fit(run.task, demos, cfg)
     print(f"{len(demos)} episodes, {log.samples} training samples, {log.val_samples} held out, {log.steps} steps, "
@@ -114,6 +118,18 @@ def execute(a) -> None:
         base_alone(run, policy, a.n, f"execute={ex} ensemble={ens}")
 
 
+def infer(a) -> None:
+    from dataclasses import replace
+
+    run = make_run(a.run, a.scratch)
+    policy = DistilledPolicy.load(a.policy, run.task)
+    base = policy.config
+    for variant in a.variants.split(","):
+        temp, avg = variant.split("x")
+        policy.config = replace(base, temperature=float(temp), average=int(avg))
+        base_alone(run, policy, a.n, f"temperature={temp} average={avg}")
+
+
 def refine(a) -> None:
     run = make_run(a.run, a.scratch, proposal_samples=a.proposals)
     policy = DistilledPolicy.load(a.policy, run.task)
@@ -124,15 +140,30 @@ def refine(a) -> None:
               f"error {np.mean([r.final_error for r in res]):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+def baseline(a) -> None:
+    run = make_run(a.run, a.scratch)
+    for k in map(int, a.ks.split(",")):
+        t0 = time.perf_counter()
+        state = {"summary": {"baselines": {}}, "results": {}, "per_episode": {}}
+        run.baseline(f"{a.name} K={k}", state)
+        b = state["summary"]["baselines"][a.name]
+        n = len(run.cfg.eval_seeds())
+        print(f"{a.name} K={k}: {round(b['k_success'][str(k)] * n)}/{n}, mean final error "
+              f"{b['k_error'][str(k)]:.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
 def collect(a) -> None:
-    run = make_run(a.run, a.scratch, collect=8000)
+    run = make_run(a.run, a.scratch, collect=8000, teacher_warm=not a.cold)
     seeds = run.cfg.collect_seeds()[a.start: a.start + a.count]
     ds, _ = run.dataset("twin", "collect")
     t0 = time.perf_counter()
     res = run.twin_episodes("", lambda: Labelled(run.teacher(None), None, ds, noise=a.noise), seeds)
     dt = time.perf_counter() - t0
-    print(f"{len(res)} teacher episodes, noise {a.noise}: {sum(r.success for r in res)} succeeded, {dt:.0f} s "
-          f"({dt / len(res):.2f} s each), {np.mean([r.ticks for r in res]):.0f} ticks; dataset {ds.root}")
+    eps = ds.episodes()
+    jump = np.mean([np.abs(e.plans[1:, 0] - e.plans[:-1, 1]).mean() for e in eps])
+    print(f"{len(res)} teacher episodes, noise {a.noise}, warm start {not a.cold}: {sum(r.success for r in res)} "
+          f"succeeded, {dt:.0f} s ({dt / len(res):.2f} s each), {np.mean([r.ticks for r in res]):.0f} ticks, plan jump "
+          f"tick to tick {1e3 * jump:.0f} mm; dataset {ds.root}")
 
 
 def main() -> None:
@@ -149,18 +180,26 @@ def main() -> None:
     t.add_argument("--val", type=float, default=0.2)
     t.add_argument("--patience", type=int, default=0)
     t.add_argument("--save", default="")
+    t.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
     e = sub.add_parser("execute")
     e.add_argument("--policy", required=True)
+    i = sub.add_parser("infer")
+    i.add_argument("--policy", required=True)
+    i.add_argument("--variants", default="0x1,1x1,1x8,1x32", help="TEMPERATURExAVERAGE,...")
     r = sub.add_parser("refine")
     r.add_argument("--policy", required=True)
     r.add_argument("--ks", default="4,8")
     r.add_argument("--proposals", type=int, default=0)
+    b = sub.add_parser("baseline")
+    b.add_argument("--name", default="refined")
+    b.add_argument("--ks", default="64")
     c = sub.add_parser("collect")
     c.add_argument("--start", type=int, default=40)
     c.add_argument("--count", type=int, default=360)
     c.add_argument("--noise", type=float, default=0.0)
+    c.add_argument("--cold", action="store_true", help="a teacher not warm-started from its last plan")
     a = ap.parse_args()
-    {"labels": labels, "train": train, "execute": execute, "refine": refine, "collect": collect}[a.cmd](a)
+    {"labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "baseline": baseline, "collect": collect}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -316,3 +316,23 @@ def test_a_delay_line_of_the_wrong_length_is_refused(task, twin):
     s = task.initial_state(np.random.default_rng(0))
     with pytest.raises(TwinloopError, match=re.escape("in_flight (delay line) must have shape (30, 2)")):
         ref.refine(s, in_flight=np.zeros((20, 2)))
+
+
+@pytest.mark.parametrize("warm_start", [True, False])
+def test_without_warm_start_a_plan_depends_on_the_state_not_on_earlier_plans(task, twin, warm_start):
+    world = SimWorld(task)
+    o1, o2, o3 = world.reset(0), world.reset(1), world.reset(2)
+
+    class AtTheBlock:  # a proposal that depends on the state, so that the first plans differ
+        def propose(self, obs, state):
+            return np.tile(obs[2:4], (10, 1))
+
+    def action_at_o3_after(first):
+        ctl = Controller(refiner(task, twin, num_samples=8), proposer=AtTheBlock(), warm_start=warm_start)
+        ctl.reset(7)
+        ctl.act(first)
+        return ctl.act(o3)
+
+    # the same seed draws the same samples each tick; only the earlier plan differs
+    same = np.allclose(action_at_o3_after(o1), action_at_o3_after(o2))
+    assert same == (not warm_start)

@@ -156,6 +156,26 @@ def test_temporal_ensembling_averages_what_overlapping_chunks_predict(trained, t
     np.testing.assert_array_equal(ens.propose(o[1]), got)  # asked twice in a tick: same answer
 
 
+def test_averaged_proposals_are_seeded_and_spread_less_than_one_sample(torch, task):
+    # labels = a smooth function of the observation + teacher noise of 2 cm
+    rng = np.random.default_rng(3)
+    noisy = [Demo(d.obs, d.actions, d.plans + rng.normal(0.0, 0.02, d.plans.shape)) for d in synthetic_demos(task, n=8)]
+    policy, _ = DistilledPolicy.fit(task, noisy, replace(CFG, steps=300))
+    obs = synthetic_demos(task, n=1, seed=3)[0].obs[0]
+
+    def proposals(average):
+        p = DistilledPolicy(task, policy.net, policy.stats, replace(CFG, temperature=1.0, average=average), CFG.chunk)
+        out = []
+        for seed in range(12):
+            p.reset(seed)
+            out.append(p.propose(obs))
+        return np.array(out)
+
+    one, mean16 = proposals(1), proposals(16)
+    np.testing.assert_array_equal(mean16, proposals(16))  # the same episode seeds, the same chunks
+    assert mean16.std(axis=0).mean() < 0.5 * one.std(axis=0).mean()
+
+
 def test_training_steps_grow_with_the_data_when_given_in_epochs():
     cfg = PolicyConfig(steps=50, epochs=2, batch_size=64)
     assert train_steps(cfg, 640) == 20
@@ -258,6 +278,8 @@ def test_bad_policy_config_names_the_field():
         PolicyConfig(val_fraction=1.0)
     with pytest.raises(TwinloopError, match="epochs"):
         PolicyConfig(epochs=0)
+    with pytest.raises(TwinloopError, match="average"):
+        PolicyConfig(average=4)  # at temperature 0 every flow is the same chunk
 
 
 def test_repeated_samples_are_dropped_once(task):
@@ -366,7 +388,8 @@ def test_tiny_distill_loop_writes_rounds_and_aggregates_data_on_disk(torch, tmp_
         mode, calls = "resume", calls + 1
         if part["complete"]:
             break
-    assert calls == len(stages(cfg)) == 7  # collect, baseline, train/evaluate/aggregate 1, train/evaluate 2
+    # collect, baseline at K=4 and 8, train/alone/K=4/K=8/aggregate twin/aggregate world 1, train/alone/K=4/K=8 2
+    assert calls == len(stages(cfg)) == 13
     timeless = ("train_seconds",)
     assert [{k: v for k, v in r.items() if k not in timeless} for r in part["rounds"]] == \
         [{k: v for k, v in r.items() if k not in timeless} for r in rounds]
@@ -447,3 +470,13 @@ def test_collection_noise_perturbs_the_sent_actions_not_the_labels_and_is_seeded
     np.testing.assert_array_equal(noisy.plans[0], clean.plans[0])  # the first label, before any noise acted
     assert 0.005 < np.abs(noisy.actions - noisy.plans[:, 0]).mean() < 0.1  # ~5% of a 0.6 m range
     np.testing.assert_array_equal(noisy.actions, again.actions)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_teacher_is_warm_started_only_when_configured(tmp_path, warm):
+    from twinloop.run.distill import DistillRun
+
+    cfg = DistillConfig(task="block-push", world="nominal", teacher_warm=warm, out=str(tmp_path))
+    run = DistillRun(cfg, tmp_path, log=lambda msg: None)
+    assert run.teacher(None).warm_start is warm
+    assert run.controller(run.scripted, 8).warm_start  # the controllers evaluated are always warm-started

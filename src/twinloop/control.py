@@ -466,6 +466,11 @@ class Controller:
 
     With ``refine=False`` the controller runs the proposer alone (the baseline).
 
+    With ``warm_start=False`` every tick starts from the base proposal (or holding still)
+    instead of the last plan shifted, and carries no candidates: its plan is a function of
+    the state and that tick's samples only, not of plans never executed (a teacher whose
+    labels a learner is to predict from the state).
+
     With a ``monitor`` (:class:`~twinloop.calib.monitor.GapMonitor`) each tick first scores
     the twin's one-tick prediction against the new observation (``last.gap``); an alarm widens
     the parameter particles, starts a background refit, or falls back to the proposer for the
@@ -478,7 +483,7 @@ class Controller:
     """
 
     def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0,
-                 monitor=None):
+                 monitor=None, warm_start: bool = True):
         if not refine and proposer is None:
             raise TwinloopError("a controller without refinement needs a proposer")
         if not isinstance(refiner, Refiner):
@@ -486,6 +491,7 @@ class Controller:
         if proposer is not None and not callable(getattr(proposer, "propose", None)):
             raise TwinloopError(f"proposer {type(proposer).__name__} has no propose(obs, state) method")
         self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
+        self.warm_start = bool(warm_start)
         self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
         self.task = refiner.task
         self.monitor = monitor
@@ -533,7 +539,8 @@ class Controller:
                                  alarm=self._gave_up)
         else:
             plan, self.last = self.plan(obs, state, self._warm, self._carry, self._line)
-            self._warm, self._carry = self.carried(plan, self.last)
+            if self.warm_start:
+                self._warm, self._carry = self.carried(plan, self.last)
         if self.refiner.delay_steps:
             self._line = self.refiner.sent(state, self._line, self.last.action)
         self.last.alarm = alarm or self.last.alarm

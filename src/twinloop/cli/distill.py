@@ -42,10 +42,11 @@ def rounds_table(summary: dict):
                 "min K", "K at goal", "success by K"):
         t.add_column(col, justify="right")
     for r in (r for r in summary["rounds"] if "base_success" in r):
-        by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in r["k_success"].items())
+        by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in r.get("k_success", {}).items())
         eps = r["train_episodes"]
+        refined = _pct(r["refined_success"]) if "refined_success" in r else "-"  # a run in pieces: not yet
         t.add_row(str(r["round"]), f"{eps['twin']}+{eps['world']}", f"{r['train_seconds']:.0f}",
-                  _pct(r["base_success"]), _pct(r["refined_success"]), str(r["min_k"]), str(r["k_at_goal"]), by_k)
+                  _pct(r["base_success"]), refined, str(r.get("min_k")), str(r.get("k_at_goal")), by_k)
     for name, b in summary["baselines"].items():
         by_k = ", ".join(f"{k}: {_pct(v)}" for k, v in b["k_success"].items())
         t.add_row(name, "", "", "", "", str(b["min_k"]), str(b["k_at_goal"]), by_k)
@@ -67,6 +68,9 @@ def distill(
     twin_dagger: int = typer.Option(d.twin_dagger, help="Twin episodes per round: the policy drives, the teacher labels."),
     dagger_episodes: int = typer.Option(d.dagger_episodes, help="World episodes of policy + refinement per round."),
     teacher: str = typer.Option(d.teacher, help=one_of(TEACHERS, "Who labels twin states:")),
+    teacher_warm: bool = typer.Option(d.teacher_warm, help="The teacher starts each tick from its last plan (--no-teacher-warm: from the proposal alone)."),
+    temperature: float = typer.Option(d.policy.temperature, help="Scale of the noise the policy flows from (0: the flow from zero noise)."),
+    average: int = typer.Option(d.policy.average, help="Policy samples averaged per inference (needs --temperature > 0)."),
     num_samples: int = typer.Option(d.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(d.refiner.horizon, help="Planning horizon (s)."),
     twin_timestep: float = typer.Option(d.twin_timestep, help="The refiners' twin timestep (s; 0: the scene's)."),
@@ -97,6 +101,7 @@ def distill(
     """Distill refined actions into a flow-matching base policy; evaluate it alone and refined."""
     cfg = DistillConfig(task=task, world=world, severity=severity, rounds=rounds, episodes=episodes, collect=collect,
                         twin_dagger=twin_dagger, dagger_episodes=dagger_episodes, teacher=teacher,
+                        teacher_warm=teacher_warm,
                         refiner=replace(d.refiner, num_samples=num_samples, horizon=horizon),
                         twin_timestep=twin_timestep or None, k_sweep=_ints(k_sweep, "k-sweep"),
                         baselines=tuple(b for b in baselines.replace(" ", "").split(",") if b),
@@ -105,7 +110,8 @@ def distill(
                         collect_noise=collect_noise,
                         policy=replace(d.policy, steps=steps, width=width, depth=depth, chunk=chunk or None,
                                        epochs=epochs or None, val_fraction=val_fraction, patience=patience or None,
-                                       execute=execute, ensemble=None if ensemble < 0 else ensemble),
+                                       execute=execute, ensemble=None if ensemble < 0 else ensemble,
+                                       temperature=temperature, average=average),
                         max_ticks=max_ticks or None, seed=seed, out=out)
     console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")

@@ -88,6 +88,10 @@ class PolicyConfig:
         ema: decay of the exponential moving average of the weights that the policy uses.
         flow_steps: Euler steps of sampling.
         temperature: scale of the noise ``propose`` flows from (0: deterministic).
+        average: chunks ``propose`` flows per inference, each from its own noise of the
+            episode (times ``temperature``), and averages: an estimate of the labels'
+            conditional mean. A sampled chunk reproduces the teacher's label noise; the mean
+            does not. 1: one chunk. More than 1 needs ``temperature > 0``.
         relative: predict the chunk relative to ``task.hold_action(state)`` (the pusher's own
             position for push tasks), which makes the targets small and translation-invariant.
         execute: ticks a predicted chunk runs before :meth:`DistilledPolicy.propose` infers
@@ -120,6 +124,7 @@ class PolicyConfig:
     ema: float = 0.995
     flow_steps: int = 10
     temperature: float = 0.0
+    average: int = 1
     relative: bool = True
     execute: int = 1
     ensemble: float | None = None
@@ -130,7 +135,7 @@ class PolicyConfig:
         if self.chunk is not None:
             object.__setattr__(self, "chunk", number(self.chunk, "chunk (ticks)", low=1, integer=True))
         for name in ("n_obs_steps", "width", "depth", "steps", "batch_size", "flow_steps", "execute", "threads",
-                     "val_every"):
+                     "val_every", "average"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
         object.__setattr__(self, "seed", number(self.seed, "seed", low=0, integer=True))
         object.__setattr__(self, "lr", number(self.lr, "lr", low=0, low_open=True))
@@ -144,6 +149,9 @@ class PolicyConfig:
         object.__setattr__(self, "val_fraction", number(self.val_fraction, "val_fraction", low=0, high=1, high_open=True))
         if self.ensemble is not None:
             object.__setattr__(self, "ensemble", number(self.ensemble, "ensemble (1/tick)", low=0))
+        if self.average > 1 and self.temperature == 0:
+            raise TwinloopError(f"average ({self.average} chunks) > 1 needs temperature > 0: flows from zero noise "
+                                "are all the same chunk")
         if self.chunk is not None and self.execute > self.chunk:
             raise TwinloopError(f"execute ({self.execute} ticks) must be at most chunk ({self.chunk} ticks)")
 
@@ -413,7 +421,8 @@ class DistilledPolicy:
         """Start an episode: forget the observation history; draw the episode's proposal noise
         from ``seed``."""
         rng = np.random.default_rng([0 if seed is None else seed, 23])
-        self._noise = self.config.temperature * rng.standard_normal(self.horizon * self.task.nu)
+        cfg = self.config
+        self._noise = cfg.temperature * rng.standard_normal((cfg.average, self.horizon * self.task.nu))
         self._history: list[np.ndarray] = []
         self._current: np.ndarray | None = None
         self._tick = -1
@@ -434,7 +443,7 @@ class DistilledPolicy:
         self._current, self._tick = o.copy(), self._tick + 1
         cfg = self.config
         if not self._chunks or self._tick - self._chunks[-1][0] >= cfg.execute:
-            self._chunks.append((self._tick, self._sample(o, self._noise[None])[0]))
+            self._chunks.append((self._tick, self._sample(o, self._noise).mean(axis=0)))
         # a chunk older than H ticks covers none of the ticks to come
         self._chunks = [(t, c) for t, c in self._chunks if self._tick - t < self.horizon]
         self._answer = self._from_chunks()

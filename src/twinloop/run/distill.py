@@ -96,6 +96,11 @@ class DistillConfig:
         teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
             K; refinement alone for a task without one) | ``policy`` (the current policy
             refined at K; round 1's data always come from the scripted teacher).
+        teacher_warm: the teacher starts each tick's refinement from its last plan shifted
+            (MPPI then samples around a mix of it and the proposal). False: from the proposal
+            alone, so that a label depends on the state and that tick's samples, not on the
+            teacher's earlier plans, which the learner never sees (and, under DAgger, were
+            never executed).
         collect: teacher episodes in twin-worlds before round 1 (about 1 s each on shifted
             push-t at K=32: the cheapest data there is).
         collect_noise: standard deviation of the noise added to the teacher's actions while
@@ -135,6 +140,7 @@ class DistillConfig:
     calib_ticks: int = 60
     posterior: str | None = None
     teacher: str = "scripted"
+    teacher_warm: bool = True
     collect: int = 400
     collect_noise: float = 0.0
     twin_dagger: int = 40
@@ -308,11 +314,11 @@ class DistillRun:
         particles = est.posterior.particles if est.posterior is not None else est.params[None]
         return TwinWorld(self.task, particles[i % len(particles)], delay_steps=est.delay_steps, obs_noise=est.obs_noise)
 
-    def controller(self, proposer, k: int, refine: bool = True) -> Controller:
+    def controller(self, proposer, k: int, refine: bool = True, warm_start: bool = True) -> Controller:
         rcfg = replace(self.cfg.refiner, num_samples=k)
         refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer, noise=self.cfg.noise), rcfg)
         n_prop = self.cfg.proposal_samples if proposer is not None else 0
-        return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop)
+        return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop, warm_start=warm_start)
 
     def episodes(self, label: str, world, controller, seeds: Sequence[int]) -> list[EpisodeResult]:
         """One episode per seed in ``world``; a :class:`Labelled` controller's go to its dataset."""
@@ -336,7 +342,8 @@ class DistillRun:
 
     def teacher(self, policy: DistilledPolicy | None) -> Controller:
         use_policy = self.cfg.teacher == "policy" and policy is not None
-        return self.controller(policy if use_policy else self.scripted, self.cfg.refiner.num_samples)
+        return self.controller(policy if use_policy else self.scripted, self.cfg.refiner.num_samples,
+                               warm_start=self.cfg.teacher_warm)
 
     def policy(self, round_: int) -> DistilledPolicy:
         return DistilledPolicy.load(self.out / f"policy_round{round_}.pt", self.task)
@@ -353,19 +360,19 @@ class DistillRun:
                  f"{sum(r.success for r in got)}/{len(got)} succeeded")
         return [rel]
 
-    def baseline(self, name: str, state: dict) -> list[str]:
-        """Refinement without the learned policy, swept over the Ks once."""
+    def baseline(self, arg: str, state: dict) -> list[str]:
+        """Refinement without the learned policy at one K of the sweep (``arg``: ``name K=k``)."""
         cfg = self.cfg
+        name, k = arg.split(" ")
+        k = int(k.removeprefix("K="))
         proposer = None if BASELINES[name] == "none" else self.scripted
         if BASELINES[name] == "scripted" and proposer is None:
             return []  # a task without a scripted proposer has no such baseline
-        sweep = {k: self.episodes(f"{name} K={k}", self.world, self.controller(proposer, k), cfg.eval_seeds())
-                 for k in cfg.k_sweep}
-        _record(state, name, sweep[cfg.refiner.num_samples])
-        rates = {k: _rate(v) for k, v in sweep.items()}
-        state["summary"]["baselines"][name] = {
-            "k_success": {str(k): v for k, v in rates.items()}, "k_error": {str(k): _error(v) for k, v in sweep.items()},
-            "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success)}
+        got = self.episodes(f"{name} K={k}", self.world, self.controller(proposer, k), cfg.eval_seeds())
+        if k == cfg.refiner.num_samples:
+            _record(state, name, got)
+        b = state["summary"]["baselines"].setdefault(name, {"k_success": {}, "k_error": {}})
+        _swept(b, k, got, cfg.goal_success)
         return []
 
     def train(self, arg: str, state: dict) -> list[str]:
@@ -394,45 +401,49 @@ class DistillRun:
         return []
 
     def evaluate(self, arg: str, state: dict) -> list[str]:
-        """The round's policy alone and refined at each K, in the world, on the evaluation seeds."""
-        cfg, round_, K = self.cfg, int(arg), self.cfg.refiner.num_samples
-        policy, seeds, n = self.policy(round_), cfg.eval_seeds(), cfg.episodes
-        base = self.episodes(f"base r{round_}", self.world, self.controller(policy, K, refine=False), seeds)
-        sweep = {k: self.episodes(f"K={k} r{round_}", self.world, self.controller(policy, k), seeds) for k in cfg.k_sweep}
-        _record(state, "distilled", base)
-        _record(state, "distilled+refined", sweep[K])
-        rates = {k: _rate(v) for k, v in sweep.items()}
-        k_base = sum(e.success for e in base)
+        """The round's policy in the world, on the evaluation seeds: alone (``arg``: ``r alone``)
+        or refined at one K of the sweep (``r K=k``)."""
+        cfg, K, n = self.cfg, self.cfg.refiner.num_samples, self.cfg.episodes
+        round_, what = arg.split(" ")
+        round_ = int(round_)
+        policy, seeds = self.policy(round_), cfg.eval_seeds()
         rec = next(r for r in state["summary"]["rounds"] if r["round"] == round_)
-        rec.update({
-            "base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base),
-            "refined_success": rates[K], "refined_ci": list(wilson(round(rates[K] * n), n)),
-            "refined_error": _error(sweep[K]),
-            "min_k": min_k(rates), "k_at_goal": k_at(rates, cfg.goal_success),
-            "k_success": {str(k): v for k, v in rates.items()},
-            "k_error": {str(k): _error(v) for k, v in sweep.items()},
-        })
-        self.log(f"round {round_}: base {100 * k_base / n:.0f}%, refined (K={K}) {100 * rates[K]:.0f}%, "
-                 f"min K {rec['min_k']}, K at {100 * cfg.goal_success:.0f}%: {rec['k_at_goal']}")
+        if what == "alone":
+            base = self.episodes(f"base r{round_}", self.world, self.controller(policy, K, refine=False), seeds)
+            _record(state, "distilled", base)
+            k_base = sum(e.success for e in base)
+            rec.update({"base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base)})
+            self.log(f"round {round_}: the policy alone {k_base}/{n}, mean final error {1e3 * _error(base):.0f} mm")
+            return []
+        k = int(what.removeprefix("K="))
+        got = self.episodes(f"K={k} r{round_}", self.world, self.controller(policy, k), seeds)
+        if k == K:
+            _record(state, "distilled+refined", got)
+            rate = _rate(got)
+            rec.update({"refined_success": rate, "refined_ci": list(wilson(round(rate * n), n)),
+                        "refined_error": _error(got)})
+        rec.setdefault("k_success", {})
+        rec.setdefault("k_error", {})
+        _swept(rec, k, got, cfg.goal_success)
+        self.log(f"round {round_}: refined at K={k} {round(_rate(got) * n)}/{n}; min K so far {rec['min_k']}, "
+                 f"K at {100 * cfg.goal_success:.0f}%: {rec['k_at_goal']}")
         return []
 
     def aggregate(self, arg: str, state: dict) -> list[str]:
-        """DAgger: the round's policy drives in twin-worlds and the teacher labels its states;
-        the policy + refinement acts in the world and its refined plans are labels."""
-        cfg, round_, K = self.cfg, int(arg), self.cfg.refiner.num_samples
-        policy = self.policy(round_)
-        written = []
-        if cfg.twin_dagger:
-            ds, rel = self.dataset("twin", f"dagger_r{round_}")
+        """DAgger (``arg``: ``r twin`` or ``r world``): the round's policy drives in twin-worlds
+        and the teacher labels its states; the policy + refinement acts in the world and its
+        refined plans are labels."""
+        cfg, K = self.cfg, self.cfg.refiner.num_samples
+        round_, side = arg.split(" ")
+        policy = self.policy(int(round_))
+        ds, rel = self.dataset(side, f"dagger_r{round_}")
+        if side == "twin":
             self.twin_episodes(f"dagger r{round_} (twin)", lambda: Labelled(
-                self.teacher(policy), self.controller(policy, K, refine=False), ds), cfg.twin_dagger_seeds(round_))
-            written.append(rel)
-        if cfg.dagger_episodes:
-            ds, rel = self.dataset("world", f"dagger_r{round_}")
+                self.teacher(policy), self.controller(policy, K, refine=False), ds), cfg.twin_dagger_seeds(int(round_)))
+        else:
             self.episodes(f"dagger r{round_} (world)", self.world, Labelled(self.controller(policy, K), None, ds),
-                          cfg.dagger_seeds(round_))
-            written.append(rel)
-        return written
+                          cfg.dagger_seeds(int(round_)))
+        return [rel]
 
 
 #: the resume point of a distill run in its output folder
@@ -440,12 +451,17 @@ STATE_FILE = "distill_state.json"
 
 
 def stages(cfg: DistillConfig) -> list[str]:
-    """The stages of a run, in order: ``collect``, ``baseline <name>``, then per round
-    ``train r``, ``evaluate r`` and (before the next round) ``aggregate r``. Calibration is
-    not one: it is redone (or ``posterior.json`` reloaded) every time a run starts or resumes."""
-    out = ["collect", *(f"baseline {b}" for b in cfg.baselines)]
+    """The stages of a run, in order: ``collect``, ``baseline <name> K=<k>`` for each K of the
+    sweep, then per round ``train r``, ``evaluate r alone``, ``evaluate r K=<k>`` for each K
+    and (before the next round) ``aggregate r twin`` and ``aggregate r world`` (those with
+    episodes to run): each a few minutes at most, so that a run can go in short pieces. Calibration is not one: it is redone (or ``posterior.json``
+    reloaded) every time a run starts or resumes."""
+    ks = [f"K={k}" for k in cfg.k_sweep]
+    out = ["collect", *(f"baseline {b} {k}" for b in cfg.baselines for k in ks)]
     for r in range(1, cfg.rounds + 1):
-        out += [f"train {r}", f"evaluate {r}"] + ([f"aggregate {r}"] if r < cfg.rounds else [])
+        out += [f"train {r}", f"evaluate {r} alone", *(f"evaluate {r} {k}" for k in ks)]
+        if r < cfg.rounds:
+            out += [f"aggregate {r} {side}" for side, n in (("twin", cfg.twin_dagger), ("world", cfg.dagger_episodes)) if n]
     return out
 
 
@@ -532,7 +548,7 @@ def goals(summary: dict, goal_success: float) -> dict:
     trained = summary["rounds"]
     rounds = [r for r in trained if "base_success" in r]  # evaluated (a run in pieces may not be)
     base = [r["base_success"] for r in rounds]
-    k_d = rounds[-1]["k_at_goal"] if rounds else None
+    k_d = rounds[-1].get("k_at_goal") if rounds else None
     vs = {}
     for name, b in summary["baselines"].items():
         k_b = b["k_at_goal"]
@@ -545,6 +561,15 @@ def goals(summary: dict, goal_success: float) -> dict:
             "base_last": base[-1] if base else None,
             "k_at_goal": vs,
             "max_train_seconds": max((r["train_seconds"] for r in trained), default=None)}
+
+
+def _swept(rec: dict, k: int, episodes: Sequence[EpisodeResult], goal_success: float) -> None:
+    """Add K's success and error to a sweep record (``k_success``, ``k_error``, in K order)
+    and update its ``min_k`` and ``k_at_goal`` over the Ks measured so far."""
+    for key, value in (("k_success", _rate(episodes)), ("k_error", _error(episodes))):
+        rec[key] = dict(sorted({**rec[key], str(k): value}.items(), key=lambda kv: int(kv[0])))
+    rates = {int(kk): v for kk, v in rec["k_success"].items()}
+    rec.update({"min_k": min_k(rates), "k_at_goal": k_at(rates, goal_success)})
 
 
 def _rate(episodes) -> float:
