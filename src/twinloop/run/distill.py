@@ -371,8 +371,7 @@ class DistillRun:
         got = self.episodes(f"{name} K={k}", self.world, self.controller(proposer, k), cfg.eval_seeds())
         if k == cfg.refiner.num_samples:
             _record(state, name, got)
-        b = state["summary"]["baselines"].setdefault(name, {"k_success": {}, "k_error": {}})
-        _swept(b, k, got, cfg.goal_success)
+        _swept(state["summary"]["baselines"].setdefault(name, {}), k, got, cfg.goal_success)
         return []
 
     def train(self, arg: str, state: dict) -> list[str]:
@@ -422,8 +421,6 @@ class DistillRun:
             rate = _rate(got)
             rec.update({"refined_success": rate, "refined_ci": list(wilson(round(rate * n), n)),
                         "refined_error": _error(got)})
-        rec.setdefault("k_success", {})
-        rec.setdefault("k_error", {})
         _swept(rec, k, got, cfg.goal_success)
         self.log(f"round {round_}: refined at K={k} {round(_rate(got) * n)}/{n}; min K so far {rec['min_k']}, "
                  f"K at {100 * cfg.goal_success:.0f}%: {rec['k_at_goal']}")
@@ -567,7 +564,7 @@ def _swept(rec: dict, k: int, episodes: Sequence[EpisodeResult], goal_success: f
     """Add K's success and error to a sweep record (``k_success``, ``k_error``, in K order)
     and update its ``min_k`` and ``k_at_goal`` over the Ks measured so far."""
     for key, value in (("k_success", _rate(episodes)), ("k_error", _error(episodes))):
-        rec[key] = dict(sorted({**rec[key], str(k): value}.items(), key=lambda kv: int(kv[0])))
+        rec[key] = dict(sorted({**rec.get(key, {}), str(k): value}.items(), key=lambda kv: int(kv[0])))
     rates = {int(kk): v for kk, v in rec["k_success"].items()}
     rec.update({"min_k": min_k(rates), "k_at_goal": k_at(rates, goal_success)})
 
