@@ -79,7 +79,7 @@ def run(args) -> list[dict]:
         for method in args.methods:
             for n_traj, kind in cases:
                 errs, flags, secs, evals, covered, per = [], [], [], [], [], []
-                for seed in range(args.seeds):
+                for seed in range(args.seed_offset, args.seed_offset + args.seeds):
                     truth = hidden_values(task, np.random.default_rng([seed, 11]))
                     world = NoisyWorld(task, space.apply(task.model, truth), args.pos_noise, args.ang_noise,
                                        args.vel_noise)
@@ -87,7 +87,7 @@ def run(args) -> list[dict]:
                                                args.ticks) for j in range(n_traj)]
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
                                       errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
-                                      start_iterations=args.start_iterations,
+                                      start_iterations=args.start_iterations, start_noise=args.start_noise,
                                       stride=args.stride, start_quiet=args.start_quiet,
                                       jac_step=args.jac_step)
                     t0 = time.perf_counter()
@@ -106,7 +106,8 @@ def run(args) -> list[dict]:
                 rows.append(row)
                 console.log(f"{task_name} {method} {n_traj} x {kind}: median {row['median_error']:.2%}, "
                             f"p90 {row['p90_error']:.2%}, flagged {row['not_identifiable']:.0%}, "
-                            f"covered {row['covered']:.0%}, {row['seconds']:.1f} s")
+                            f"covered {row['covered']:.0%}, {row['seconds']:.1f} s; per-seed max error "
+                            f"{', '.join(f'{e:.1%}' for e in errs)}")
     return rows
 
 
@@ -114,7 +115,8 @@ def table(rows: list[dict], args) -> Table:
     t = Table(title=f"parameter recovery (friction, mass): {args.seeds} seeds, budget {args.max_evals} evaluations, "
                     f"noise {args.pos_noise * 1000:g} mm / {args.ang_noise:g} rad / {args.vel_noise:g} m/s, "
                     f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
-                    f"start samples {args.start_samples}, start iterations {args.start_iterations}, "
+                    f"start samples {args.start_samples}, start noise {args.start_noise or 'one error unit'}, "
+                    f"start iterations {args.start_iterations}, seeds from {args.seed_offset}, "
                     f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
@@ -133,11 +135,15 @@ def main() -> None:
     p.add_argument("--methods", nargs="+", default=["least_squares", "cma"])
     p.add_argument("--trajectories", nargs="+", type=int, default=[1, 3, 10])
     p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--seed-offset", type=int, default=0, help="first seed (seeds run seed-offset .. +seeds-1)")
     p.add_argument("--max-evals", type=int, default=200)
     p.add_argument("--ticks", type=int, default=60, help="ticks per trajectory")
     p.add_argument("--window", type=int, default=CalibConfig.window, help="calibration window (ticks)")
     p.add_argument("--no-eiv", action="store_true", help="trust window starts (no errors in variables)")
     p.add_argument("--start-samples", type=int, default=0, help="average each window over this many noisy starts")
+    p.add_argument("--start-noise", type=float, nargs=3, default=None, metavar=("POS", "ANG", "VEL"),
+                   help="std of the start noise that --start-samples draws and errors in variables profiles out "
+                        "(m, rad, m/s; default: one error unit)")
     p.add_argument("--start-iterations", type=int, default=CalibConfig.start_iterations,
                    help="estimate each window's start jointly with the parameters (Gauss-Newton steps; 0: off)")
     p.add_argument("--start-quiet", type=int, default=CalibConfig.start_quiet,

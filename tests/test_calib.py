@@ -360,6 +360,37 @@ def test_whitening_gives_unit_variance_residuals_when_starts_are_noisy(task, spa
     np.testing.assert_array_equal(problem.residuals(TRUTH[None])[0], raw)  # the problem itself is unchanged
 
 
+def test_start_noise_sets_what_errors_in_variables_profiles_out(task, space, excited):
+    from dataclasses import replace
+
+    from twinloop.calib.fit import _windows
+    from twinloop.calib.problem import WindowProblem
+
+    (w, *_) = _windows(task, excited, CalibConfig())
+    error = StateError.for_task(task, excited)
+    rng = np.random.default_rng(0)
+    # noise-free starts, unit noise on the targets
+    targets = w.targets + rng.standard_normal(w.targets.shape) * error.scale * error.mask
+    problem = WindowProblem(task, make_twin("mujoco", task.model, space), [replace(w, targets=targets)], error, space)
+    raw = problem.residuals(TRUTH[None])[0]
+    assert 0.85 < raw.var() < 1.15
+    # by default a start carries one error unit of noise: these exact starts get over-whitened
+    assert problem.with_start_noise(TRUTH).residuals(TRUTH[None])[0].var() < 0.95 * raw.var()
+    exact = replace(problem, start_noise=np.zeros(task.nstate))
+    np.testing.assert_allclose(exact.with_start_noise(TRUTH).residuals(TRUTH[None])[0], raw)
+    # and start samples drawn with no noise are the recorded start's own replay
+    sampled = replace(exact, start_samples=3)
+    np.testing.assert_allclose(sampled.residuals(TRUTH[None], whiten=False), problem.residuals(TRUTH[None]))
+
+
+def test_start_noise_is_three_non_negative_stds(task, space, excited):
+    assert CalibConfig(start_noise=(1e-3, 0.01, 0)).start_noise == (1e-3, 0.01, 0.0)
+    for bad, match in (((1e-3, 0.01), "start_noise must be"), (0.001, "start_noise must be"),
+                       ((1e-3, -0.01, 0), "start_noise angle"), ((np.nan, 0.01, 0), "start_noise position")):
+        with pytest.raises(TwinloopError, match=match):
+            CalibConfig(start_noise=bad)
+
+
 def test_start_estimate_moves_noisy_start_positions_toward_the_true_ones(task, space, excited):
     from twinloop.calib.fit import _windows
 

@@ -256,6 +256,26 @@ def test_calibrate_checks_its_output_folder_before_the_fit(tmp_path, monkeypatch
     _one_line_error(res, "cannot write to output folder /proc/x")
 
 
+def test_calibrate_start_noise_reaches_the_config_and_a_bad_one_is_named(tmp_path, monkeypatch):
+    from twinloop.cli import calib as calib_cli
+
+    seen = {}
+
+    def no_fit(task, eps, space, config, progress):
+        seen["config"] = config
+        raise TwinloopError("stop after the config")
+
+    monkeypatch.setattr(calib_cli, "fit", no_fit)
+    monkeypatch.setattr(calib_cli, "load_episodes", lambda *a: (make_task("block-push"), [], {}))
+    res = runner.invoke(app, ["calibrate", str(tmp_path), "--out", str(tmp_path / "o"), "--start-noise", "0.001,0.01,0"])
+    _one_line_error(res, "stop after the config")
+    assert seen["config"].start_noise == (0.001, 0.01, 0.0)
+    res = runner.invoke(app, ["calibrate", str(tmp_path), "--out", str(tmp_path / "p"), "--start-noise", "0.001,x,0"])
+    _one_line_error(res, "--start-noise must be three numbers")
+    res = runner.invoke(app, ["calibrate", str(tmp_path), "--out", str(tmp_path / "q"), "--start-noise", "0.001,0.01"])
+    _one_line_error(res, "start_noise must be (position m, angle rad, velocity m/s) stds, got (0.001, 0.01)")
+
+
 def test_a_malformed_info_json_is_named(tmp_path):
     ds = _dataset(tmp_path / "ds", "block-push")
     info = ds.root / "meta" / "info.json"

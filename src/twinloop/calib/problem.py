@@ -41,15 +41,19 @@ class WindowProblem:
         whiten: per window group ``(B, m_w, m_w)`` inverse Cholesky factors of the residual's
             covariance under start-state noise (``None``: the plain weighted errors).
         start_jac: per window group ``(B, m_w, k)`` sensitivity ``A`` of the residual to the
-            start, per error unit of each compared component (set with ``whiten``).
-        offsets: per window group ``(B, k)`` start corrections ``e`` (error units, compared
+            start, per noise std (:attr:`start_std`) of each compared component (set with
+            ``whiten``).
+        offsets: per window group ``(B, k)`` start corrections ``e`` (noise stds, compared
             components) already added to the windows' starts, the recorded start plus
-            ``e * scale`` (see :meth:`with_start_estimate`); ``None``: the recorded starts.
+            ``e * start_std`` (see :meth:`with_start_estimate`); ``None``: the recorded starts.
         start_samples: ``M > 0`` predicts each window as the mean over ``M`` replays from its
-            recorded start plus Gaussian noise of one error unit on the compared positions
+            recorded start plus Gaussian noise of :attr:`start_std` on the compared positions
             (fixed, seeded draws: a smooth, deterministic objective), i.e. the expected
             prediction given a noisy start rather than the prediction from it (``M`` times
             the cost); 0 replays the recorded start.
+        start_noise: ``(nstate,)`` std of the noise on the recorded starts (state units: m,
+            rad, m/s, rad/s), which ``start_samples`` draws and :meth:`with_start_noise`
+            profiles out; ``None``: one error unit of each component (``error.scale``).
     """
 
     task: Task
@@ -62,6 +66,7 @@ class WindowProblem:
     start_samples: int = 0
     start_jac: tuple[np.ndarray, ...] | None = None
     offsets: tuple[np.ndarray, ...] | None = None
+    start_noise: np.ndarray | None = None
 
     def __post_init__(self):
         if not callable(getattr(self.twin, "rollout_many", None)):
@@ -83,6 +88,11 @@ class WindowProblem:
         """Physics steps one parameter vector costs."""
         return sum(len(w) * w.length * self.substeps for w in self.windows)
 
+    @property
+    def start_std(self) -> np.ndarray:
+        """``(nstate,)`` std of the recorded starts' noise (state units)."""
+        return self.error.scale if self.start_noise is None else self.start_noise
+
     def with_delay(self, delay: float) -> WindowProblem:
         return replace(self, delay=delay)
 
@@ -94,7 +104,7 @@ class WindowProblem:
             pos = np.zeros(w.starts.shape[1], bool)
             pos[:nq] = self.error.mask[:nq]
             rng = np.random.default_rng([len(w), w.length, 17])  # the same draws at every evaluation
-            e = rng.standard_normal((M, *w.starts.shape)) * self.error.scale * pos
+            e = rng.standard_normal((M, *w.starts.shape)) * self.start_std * pos
             rep = Windows((w.starts[None] + e).reshape(M * len(w), -1), np.tile(w.actions, (M, 1, 1)),
                           np.tile(w.targets, (M, 1, 1)), np.tile(w.episode, M),
                           None if w.before is None else np.tile(w.before, (M, 1)))
@@ -167,25 +177,26 @@ class WindowProblem:
 
         A window restarts from a *measured* state, so its residuals carry the start's noise,
         propagated through the dynamics: ``r = r_true + A e`` with ``e`` the start's noise in
-        error units (the same units, hence the same noise model, as every other observation)
-        and ``A`` the window's sensitivity to its start. Left alone, that term biases the fit
+        units of its std (:attr:`start_std`: by default one error unit, the same noise model as
+        every other observation) and ``A`` the window's sensitivity to its start. Left alone, that term biases the fit
         (a parameter is bent to explain a bad start) and makes the intervals too narrow.
         Profiling ``e`` out (``min_e |r + A e|^2 + |e|^2``) leaves the whitened residual
         ``L^-1 r`` with ``L L' = I + A A'``, the residual's covariance: generalized least
-        squares. ``A`` comes from central differences of ``step`` error units at ``x`` and is
+        squares. ``A`` comes from central differences of ``step`` noise stds at ``x`` and is
         then held fixed (it barely depends on the parameters). Costs
         :attr:`start_noise_cost` evaluations.
         """
         comps = np.flatnonzero(self.error.mask)
         k = len(comps)
+        std = self.start_std
         whiten, jacs = [], []
         p = np.asarray(x, dtype=float)[None]
         for w in self.windows:
             B = len(w)
             # 2k perturbed copies of every start: ((2k) * B, nstate)
             d = np.zeros((2 * k, w.starts.shape[1]))
-            d[np.arange(k), comps] = step * self.error.scale[comps]
-            d[k + np.arange(k), comps] = -step * self.error.scale[comps]
+            d[np.arange(k), comps] = step * std[comps]
+            d[k + np.arange(k), comps] = -step * std[comps]
             starts = (w.starts[None] + d[:, None]).reshape(2 * k * B, -1)
             rep = Windows(starts, np.tile(w.actions, (2 * k, 1, 1)), np.tile(w.targets, (2 * k, 1, 1)),
                           np.tile(w.episode, 2 * k), None if w.before is None else np.tile(w.before, (2 * k, 1)))
@@ -206,13 +217,13 @@ class WindowProblem:
         Linearized errors in variables (:meth:`with_start_noise`) profiles the start noise out
         around the *recorded* start; where the dynamics are nonlinear in the start (a contact
         that begins a millimetre earlier), that linearization is off by the noise itself. Here
-        each window's correction ``e`` (error units) of its compared *positions* minimizes
+        each window's correction ``e`` (noise stds) of its compared *positions* minimizes
         ``|r(x, e)|^2 + |e|^2`` (its residuals plus the start observation itself), by
         ``iterations`` Gauss-Newton steps with the sensitivity ``A`` held fixed, all windows
         in one batched evaluation per trial (a window whose cost rises halves its step). Start
         velocities stay as recorded: a velocity offset has the leverage of a whole window and
         absorbs the friction and mass signal (block-push: moving them too, and estimating at the
-        starting point as well, raised the median error from 3.4% to 4.6%). The new starts are the recorded ones plus ``e * scale``; the returned
+        starting point as well, raised the median error from 3.4% to 4.6%). The new starts are the recorded ones plus ``e * start_std``; the returned
         problem whitens ``r - A e`` around them, so a fit still weighs every start as an
         observation. Needs a problem with :meth:`with_start_noise` applied. Costs at most
         :meth:`start_estimate_cost` evaluations.
@@ -250,9 +261,9 @@ class WindowProblem:
         return 1 + 2 * iterations + self.start_noise_cost
 
     def _shift(self, w: Windows, e: np.ndarray) -> Windows:
-        """``w`` with its starts moved by ``e`` ``(B, k)`` error units of the compared components."""
+        """``w`` with its starts moved by ``e`` ``(B, k)`` noise stds of the compared components."""
         d = np.zeros_like(w.starts)
-        d[:, self.error.mask] = e * self.error.scale[self.error.mask]
+        d[:, self.error.mask] = e * self.start_std[self.error.mask]
         return replace(w, starts=w.starts + d)
 
     def _start_cost(self, w: Windows, p: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

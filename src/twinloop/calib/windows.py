@@ -259,6 +259,26 @@ def quiet_starts(free: np.ndarray, ticks: int) -> np.ndarray:
     return out
 
 
+def state_units(model: mujoco.MjModel, position: float, angle: float, velocity: float,
+                angular_velocity: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(nstate,)`` one value per twin state component by its kind (slide or hinge position,
+    their velocities; quaternion parts and actuator activations get 1), and the ``(nstate,)``
+    hinge-angle mask."""
+    n = model.nq + model.nv + model.na
+    out = np.ones(n)
+    hinge = np.zeros(n, bool)
+    for j in range(model.njnt):
+        t = model.jnt_type[j]
+        if t in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
+            continue  # quaternion parts: left at unit scale, compared as is
+        qa, va = int(model.jnt_qposadr[j]), int(model.jnt_dofadr[j])
+        is_angle = t == mujoco.mjtJoint.mjJNT_HINGE
+        out[qa] = angle if is_angle else position
+        hinge[qa] = is_angle
+        out[model.nq + va] = angular_velocity if is_angle else velocity
+    return out, hinge
+
+
 def split_episodes(trajectories: Sequence[Trajectory], holdout_fraction: float, seed: int = 0):
     """``(train, holdout)`` by episode index (segments of one episode stay together)."""
     if not 0 <= holdout_fraction < 1:
@@ -295,18 +315,7 @@ class StateError:
         for name, v in (("pos_scale", pos_scale), ("angle_scale", angle_scale), ("vel_scale", vel_scale)):
             if not v > 0:
                 raise TwinloopError(f"{name} must be > 0, got {v}")
-        n = task.nstate
-        scale = np.ones(n)
-        hinge = np.zeros(n, bool)
-        for j in range(m.njnt):
-            t = m.jnt_type[j]
-            if t in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
-                continue  # quaternion parts: left at unit scale, compared as is
-            qa, va = int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
-            angle = t == mujoco.mjtJoint.mjJNT_HINGE
-            scale[qa] = angle_scale if angle else pos_scale
-            hinge[qa] = angle
-            scale[m.nq + va] = vel_scale / pos_scale * (angle_scale if angle else pos_scale)
+        scale, hinge = state_units(m, pos_scale, angle_scale, vel_scale, vel_scale / pos_scale * angle_scale)
         all_states = np.concatenate([t.states for t in trajectories])
         # a component that never changes is not measured (e.g. set to 0 by state_from_obs)
         mask = np.ptp(all_states, axis=0) > 0
@@ -373,4 +382,4 @@ def record_trajectory(world, policy: Callable[[np.ndarray, int], np.ndarray], se
 
 
 __all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "free_starts", "make_windows", "quiet_starts",
-           "record_trajectory", "split_episodes", "window_controls", "window_rollout_states"]
+           "record_trajectory", "split_episodes", "state_units", "window_controls", "window_rollout_states"]

@@ -36,6 +36,18 @@ def _names(text: str) -> tuple[str, ...] | None:
     return names or None
 
 
+def _start_noise(text: str) -> tuple[float, ...] | None:
+    """``"0.001,0.01,0"`` -> ``(0.001, 0.01, 0.0)``; ``""`` -> ``None`` (CalibConfig checks the rest)."""
+    parts = _names(text)
+    if parts is None:
+        return None
+    try:
+        return tuple(float(v) for v in parts)
+    except ValueError:
+        raise TwinloopError(f"--start-noise must be three numbers 'POSITION,ANGLE,VELOCITY' (m, rad, m/s), "
+                            f"got {text!r}") from None
+
+
 def parse_column_map(text: str) -> dict[str, str | None]:
     """``"obs=observation.state,action=action,timestamp="`` -> ``{field: column or None}``."""
     out: dict[str, str | None] = {}
@@ -94,6 +106,8 @@ def calibrate(
     max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
     errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out); default: when --max-evals affords it."),
     start_samples: int = typer.Option(c.start_samples, help="Predict each window as the mean over this many noisy copies of its start (0: off)."),
+    start_noise: str = typer.Option("", help="Noise std on recorded states 'POSITION,ANGLE,VELOCITY' (m, rad, m/s) that "
+                                     "--start-samples draws and errors in variables profile out (default: one error unit)."),
     start_iterations: int = typer.Option(c.start_iterations, help="Estimate window start positions jointly at the half-budget fit (Gauss-Newton steps; 0: off)."),
     keep_if_worse: bool = typer.Option(c.keep_if_worse, help="Keep the previous parameters when the fit makes held-out error worse."),
     delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
@@ -110,6 +124,7 @@ def calibrate(
     cfg = CalibConfig(method=method, window=window, stride=stride or None,
                       start_clearance=start_clearance or None, start_quiet=start_quiet, max_evals=max_evals,
                       errors_in_variables=errors_in_variables, start_samples=start_samples,
+                      start_noise=_start_noise(start_noise),
                       start_iterations=start_iterations, keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
                       holdout_fraction=holdout, particles=particles, seed=seed)
     t, eps, world = load_episodes(task, dataset, lerobot, column_map, fps)
