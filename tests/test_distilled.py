@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from pusht_moves import moved
 
 from twinloop.calib.fit import CalibConfig
 from twinloop.control import RefinerConfig
@@ -16,6 +17,7 @@ from twinloop.policies.distilled import (
     DistilledPolicy,
     PolicyConfig,
     chunk_targets,
+    context,
     fit_chunks,
     histories,
     require_torch,
@@ -25,6 +27,7 @@ from twinloop.policies.distilled import (
 )
 from twinloop.run.distill import DistillConfig, goals, k_at, min_k, run_distill, stages
 from twinloop.tasks import make_task
+from twinloop.tasks.push_t import PushT
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +219,36 @@ def test_saved_policy_reloads_with_identical_outputs(trained, task, tmp_path):
                                   loaded.sample(obs[0], None, 3, np.random.default_rng(0)))
     meta = loaded.metadata()
     assert meta["task"] == "block-push" and meta["chunk"] == CFG.chunk and meta["n_params"] == policy.n_params
+
+
+@pytest.fixture(scope="module")
+def framed(torch):
+    push_t = make_task("push-t")
+    return DistilledPolicy.fit(push_t, synthetic_demos(push_t), replace(CFG, frame=True, steps=150))[0]
+
+
+def test_a_policy_in_the_blocks_frame_turns_and_shifts_its_chunk_with_the_scene(framed):
+    g = np.array([0.03, -0.02, 0.7])
+    obs = synthetic_demos(framed.task, n=1, seed=5)[0].obs[3]
+    turned = DistilledPolicy(PushT(goal=moved(g, np.r_[0, 0, framed.task.goal, np.zeros(5)])[2:5]), framed.net,
+                             framed.stats, framed.config, framed.horizon)
+    chunk = framed.propose(obs, None)
+    assert np.abs(chunk - obs[0:2]).max() > 1e-3  # it learned something other than holding still
+    c, s = np.cos(g[2]), np.sin(g[2])
+    np.testing.assert_allclose(turned.propose(moved(g, obs), None), chunk @ np.array([[c, -s], [s, c]]).T + g[:2],
+                               atol=1e-5)
+
+
+def test_a_policy_in_its_frame_reloads_in_it(framed, tmp_path):
+    loaded = DistilledPolicy.load(framed.save(tmp_path / "p.pt"), framed.task)
+    obs = synthetic_demos(framed.task, n=1, seed=4)[0].obs[0]
+    assert loaded.config.frame
+    np.testing.assert_array_equal(loaded.propose(obs, None), framed.propose(obs, None))
+
+
+def test_a_task_without_a_policy_frame_is_seen_in_the_world_frame(task):
+    hist = synthetic_demos(task, n=1)[0].obs[:6].reshape(3, 2, -1)
+    np.testing.assert_array_equal(context(task, hist, frame=True), context(task, hist))
 
 
 def test_loading_a_policy_for_another_task_fails_clearly(trained, tmp_path):

@@ -9,6 +9,9 @@ stay two modes instead of being averaged into a push through its middle::
 
     c      = [features(obs_{t-n+1}), ..., features(obs_t), goal]     normalized context
     y      = (chunk_t - hold_action(state_t) - mu_y) / sigma_y        (H*nu,) normalized target
+
+(with ``PolicyConfig.frame`` the observations, goal, chunk and hold action are first expressed
+in the task's policy frame of ``obs_t``, e.g. the pushed block's own frame)
     x_s    = (1 - s) x0 + s y,   x0 ~ N(0, I),   s ~ U(0, 1)           the straight path
     loss   = | v(x_s, s, c) - (y - x0) |^2                            flow matching (rectified flow)
 
@@ -94,6 +97,10 @@ class PolicyConfig:
             does not. 1: one chunk. More than 1 needs ``temperature > 0``.
         relative: predict the chunk relative to ``task.hold_action(state)`` (the pusher's own
             position for push tasks), which makes the targets small and translation-invariant.
+        frame: see the observation history, the goal and the chunk in the task's
+            :meth:`~twinloop.tasks.base.Task.policy_frame` of the newest observation (push-t:
+            the block's own frame), so that one push learned at one pose of the object holds
+            at every other. False: the world frame.
         execute: ticks a predicted chunk runs before :meth:`DistilledPolicy.propose` infers
             the next one (1: a new chunk every tick, receding horizon; up to ``chunk``: action
             chunking, fewer decisions to compound errors over). Between inferences it
@@ -126,6 +133,7 @@ class PolicyConfig:
     temperature: float = 0.0
     average: int = 1
     relative: bool = True
+    frame: bool = False
     execute: int = 1
     ensemble: float | None = None
     threads: int = 1
@@ -204,13 +212,20 @@ def features(task: Task, obs: np.ndarray) -> np.ndarray:
     return np.concatenate([obs, np.sin(ang), np.cos(ang)], axis=-1)
 
 
-def context(task: Task, history: np.ndarray) -> np.ndarray:
+def context(task: Task, history: np.ndarray, frame: bool = False) -> np.ndarray:
     """``(..., n, n_obs)`` observation histories (oldest first) -> ``(..., n*F + G)`` policy
-    context: each frame's features, then the goal."""
+    context: each frame's features, then the goal; with ``frame`` all of them seen from
+    ``task.policy_frame`` of the newest observation (:meth:`~twinloop.tasks.base.Task.obs_in_frame`,
+    :meth:`~twinloop.tasks.base.Task.goal_in_frame`)."""
+    history = np.asarray(history, dtype=float)
+    if frame:
+        pose = task.policy_frame(history[..., -1, :])
+        history, g = task.obs_in_frame(pose[..., None, :], history), task.goal_in_frame(pose)
+    else:
+        g = np.broadcast_to(task.goal_features(), (*history.shape[:-2], len(task.goal_features())))
     f = features(task, history)
     f = f.reshape(*f.shape[:-2], -1)
-    g = task.goal_features()
-    return np.concatenate([f, np.broadcast_to(g, (*f.shape[:-1], len(g)))], axis=-1)
+    return np.concatenate([f, g], axis=-1)
 
 
 def histories(obs: np.ndarray, n: int) -> np.ndarray:
@@ -246,6 +261,27 @@ def _anchor(task: Task, obs: np.ndarray, relative: bool) -> np.ndarray:
     return np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
 
 
+def policy_targets(task: Task, obs: np.ndarray, chunks: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+    """World chunks ``(T, H, nu)`` taken at observations ``(T, n_obs)`` -> what the policy
+    predicts: relative to the anchor (:attr:`PolicyConfig.relative`), in the policy frame
+    (:attr:`PolicyConfig.frame`). The inverse is :func:`world_chunks`."""
+    obs, anchor = np.atleast_2d(obs), _anchor(task, obs, cfg.relative)
+    if not cfg.frame:
+        return np.asarray(chunks, dtype=float) - anchor[:, None]
+    pose = task.policy_frame(obs)
+    return task.actions_in_frame(pose[:, None], chunks) - task.actions_in_frame(pose, anchor)[:, None]
+
+
+def world_chunks(task: Task, obs: np.ndarray, targets: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+    """The inverse of :func:`policy_targets`: ``(T, H, nu)`` predictions at ``(T, n_obs)``
+    observations -> world chunks (not clipped)."""
+    obs, anchor = np.atleast_2d(obs), _anchor(task, obs, cfg.relative)
+    if not cfg.frame:
+        return np.asarray(targets, dtype=float) + anchor[:, None]
+    pose = task.policy_frame(obs)
+    return task.actions_in_frame(pose[:, None], targets + task.actions_in_frame(pose, anchor)[:, None], inverse=True)
+
+
 def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int) -> tuple[np.ndarray, np.ndarray, int]:
     """``(N, C)`` contexts and ``(N, H*nu)`` relative chunks of ``demos``, duplicates dropped
     (a state and label seen twice, e.g. a pusher at rest, would weigh twice); returns them
@@ -259,8 +295,8 @@ def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int
         if plans is not None:
             plans = as_array(plans, f"demo {i} plans", (len(obs), None, task.nu))
         chunks = chunk_targets(act, horizon) if plans is None else fit_chunks(plans, horizon)
-        xs.append(context(task, histories(obs, cfg.n_obs_steps)))
-        ys.append((chunks - _anchor(task, obs, cfg.relative)[:, None, :]).reshape(len(obs), -1))
+        xs.append(context(task, histories(obs, cfg.n_obs_steps), cfg.frame))
+        ys.append(policy_targets(task, obs, chunks, cfg).reshape(len(obs), -1))
     if not xs:
         raise TwinloopError("no demonstrations to train on: need at least one episode")
     x, y = np.concatenate(xs), np.concatenate(ys)
@@ -489,13 +525,13 @@ class DistilledPolicy:
     def _sample(self, o: np.ndarray, x0: np.ndarray) -> np.ndarray:
         """Flow ``(B, D)`` noise to ``(B, H, nu)`` chunks for observation ``o``."""
         torch = self.torch
-        c = context(self.task, self._window(o))
+        c = context(self.task, self._window(o), self.config.frame)
         cn = torch.as_tensor((c - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
         x = torch.as_tensor(x0, dtype=torch.float32)
         with torch.inference_mode(), _threads(torch, 1):
             yn = _integrate(torch, self.net, x, cn.expand(len(x), -1), self.config.flow_steps).double().numpy()
         y = (yn * self.stats["y_std"] + self.stats["y_mean"]).reshape(len(yn), *self.chunk_shape)
-        y = y + _anchor(self.task, o, self.config.relative)[0]
+        y = world_chunks(self.task, np.broadcast_to(o, (len(y), len(o))), y, self.config)
         return np.clip(y, self.task.action_low, self.task.action_high)
 
     # -- persistence -------------------------------------------------------------------------
@@ -552,7 +588,7 @@ class DistilledPolicy:
                 f"{path} reads {meta['obs_dim']}-dim observations but task {task.name!r} has {len(task.obs_names)}"
             )
         cfg = PolicyConfig(**meta["config"])
-        n_ctx = context(task, np.zeros((cfg.n_obs_steps, len(task.obs_names)))).shape[-1]
+        n_ctx = context(task, np.zeros((cfg.n_obs_steps, len(task.obs_names))), cfg.frame).shape[-1]
         if meta["context_dim"] != n_ctx:
             raise TwinloopError(f"{path} expects {meta['context_dim']} context inputs; task {task.name!r} gives {n_ctx}")
         stats = {k: v.numpy() for k, v in blob["stats"].items()}
