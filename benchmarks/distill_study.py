@@ -100,7 +100,7 @@ def train(a) -> None:
     if a.extra:
         demos += Dataset(a.extra).episodes()[: a.limit or None]
     cfg = PolicyConfig(chunk=5, steps=a.steps, val_fraction=a.val, patience=a.patience or None, frame=a.frame,
-                       n_obs_steps=a.n_obs)
+                       n_obs_steps=a.n_obs, labels=a.labels, smooth=a.smooth)
     policy, log = DistilledPolicy.fit(run.task, demos, cfg)
     print(f"{len(demos)} episodes, {log.samples} training samples, {log.val_samples} held out, {log.steps} steps, "
           f"kept step {log.best_step}, {log.seconds:.0f} s, training loss {log.losses[-1]:.3f}")
@@ -196,7 +196,7 @@ def retrieve(a) -> None:
     g = groups(a.run)
     demos = [d for k in a.groups.split(",") for d in g[k][: a.limit or None]]
     for k in map(int, a.ks.split(",")):
-        policy = Retrieval(run.task, demos, PolicyConfig(chunk=5, n_obs_steps=a.n_obs, frame=a.frame), 5, k)
+        policy = Retrieval(run.task, demos, PolicyConfig(chunk=5, n_obs_steps=a.n_obs, frame=a.frame, labels=a.labels, smooth=a.smooth), 5, k)
         base_alone(run, policy, a.n, f"retrieval k={k} n_obs={a.n_obs} frame={a.frame} ({len(policy.y)} samples), world")
         if a.twin:
             seeds = run.cfg.collect_seeds()[: a.twin]
@@ -237,6 +237,8 @@ def main() -> None:
     t.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
     t.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
     t.add_argument("--n-obs", type=int, default=2, help="observations in the context")
+    t.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
+    t.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
     e = sub.add_parser("execute")
     e.add_argument("--policy", required=True)
     i = sub.add_parser("infer")
@@ -259,6 +261,8 @@ def main() -> None:
     rt.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
     rt.add_argument("--ks", default="1", help="neighbours averaged, comma-separated")
     rt.add_argument("--n-obs", type=int, default=2, help="observations in the context")
+    rt.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
+    rt.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
     rt.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
     rt.add_argument("--twin", type=int, default=10, help="episodes in twin-worlds on training starts (0: none)")
     a = ap.parse_args()

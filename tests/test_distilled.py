@@ -313,6 +313,10 @@ def test_bad_policy_config_names_the_field():
         PolicyConfig(epochs=0)
     with pytest.raises(TwinloopError, match="average"):
         PolicyConfig(average=4)  # at temperature 0 every flow is the same chunk
+    with pytest.raises(TwinloopError, match="labels"):
+        PolicyConfig(labels="future")
+    with pytest.raises(TwinloopError, match="smooth"):
+        PolicyConfig(smooth=3)  # a plan is not smoothed
 
 
 def test_repeated_samples_are_dropped_once(task):
@@ -326,6 +330,23 @@ def test_plans_are_the_labels_when_given(task):
     _, y, _ = training_arrays(task, [d], CFG, 3)
     anchor = d.obs[:, 0:2]  # block-push's hold action: the pusher's position
     np.testing.assert_allclose(y.reshape(4, 3, 2), d.plans - anchor[:, None, :])
+
+
+def test_decision_labels_are_the_next_ticks_first_plan_actions(task):
+    d = synthetic_demos(task, n=1, T=5, H=3)[0]
+    d.plans = d.plans + np.arange(5)[:, None, None] * 0.01  # every plan differs from the others
+    _, y, _ = training_arrays(task, [d], replace(CFG, labels="decisions"), 3)
+    decided = d.plans[:, 0]
+    expected = np.stack([decided[np.minimum(t + np.arange(3), 4)] for t in range(5)])  # the last one held
+    np.testing.assert_allclose(y.reshape(5, 3, 2), expected - d.obs[:, None, 0:2])
+
+
+def test_smoothed_decisions_average_the_neighbouring_ticks(task):
+    d = synthetic_demos(task, n=1, T=5, H=3)[0]
+    _, y, _ = training_arrays(task, [d], replace(CFG, labels="decisions", smooth=3), 3)
+    first = y.reshape(5, 3, 2)[:, 0] + d.obs[:, 0:2]
+    np.testing.assert_allclose(first[2], d.plans[1:4, 0].mean(axis=0))
+    np.testing.assert_allclose(first[0], (2 * d.plans[0, 0] + d.plans[1, 0]) / 3)  # the first held before the start
 
 
 def test_chunk_targets_hold_the_last_action_past_the_end():

@@ -88,6 +88,7 @@ def distill(
     patience: int = typer.Option(d.policy.patience or 0, help="Held-out evaluations without improvement before training stops (0: never)."),
     execute: int = typer.Option(d.policy.execute, help="Ticks a predicted chunk runs before the policy infers the next."),
     ensemble: float = typer.Option(-1.0 if d.policy.ensemble is None else d.policy.ensemble, help="Temporal ensembling decay per tick (-1: off)."),
+    frame: bool = typer.Option(d.policy.frame, help="The policy sees observations, goal and chunks in the task's policy frame (push-t: the block's own)."),
     width: int = typer.Option(d.policy.width, help="Width of the policy's residual blocks."),
     depth: int = typer.Option(d.policy.depth, help="Residual blocks of the policy."),
     chunk: int = typer.Option(0, help="Action chunk length in ticks (0: the planning horizon)."),
@@ -111,7 +112,7 @@ def distill(
                         policy=replace(d.policy, steps=steps, width=width, depth=depth, chunk=chunk or None,
                                        epochs=epochs or None, val_fraction=val_fraction, patience=patience or None,
                                        execute=execute, ensemble=None if ensemble < 0 else ensemble,
-                                       temperature=temperature, average=average),
+                                       temperature=temperature, average=average, frame=frame),
                         max_ticks=max_ticks or None, seed=seed, out=out)
     console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")

@@ -44,13 +44,15 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array, number
+from twinloop.errors import TwinloopError, as_array, choose, number
 from twinloop.io import load_checkpoint, save_checkpoint
 from twinloop.tasks.base import Task
 
 #: 1: the MLP regression policy of twinloop <= 0.1 (no longer read); 2: flow matching
 FORMAT_VERSION = 2
 KIND = "twinloop.flow_chunk_policy"
+#: what a chunk label is (PolicyConfig.labels)
+LABELS = ("plan", "decisions")
 LEARN_HINT = "pip install 'twinloop[learn]'"
 
 
@@ -101,6 +103,17 @@ class PolicyConfig:
             :meth:`~twinloop.tasks.base.Task.policy_frame` of the newest observation (push-t:
             the block's own frame), so that one push learned at one pose of the object holds
             at every other. False: the world frame.
+        labels: what a chunk label is, for demos with ``plans``: ``plan`` (the refined plan of
+            the tick, cut or held to ``chunk`` ticks) | ``decisions`` (the first action of each
+            tick's plan, the teacher's decision there, for this tick and the ``chunk - 1`` after
+            it: what the teacher did next, not what it planned). Demos without plans: the
+            actions taken next, either way.
+        smooth: with ``decisions`` labels (or demos without plans), a centred moving average
+            over this many ticks of the decision sequence before it is cut into chunks (1:
+            none). A sampling teacher's decision is its plan's mean plus sampling noise as
+            large as the decision itself (push-t, MPPI at K=32); the pusher's PD stage averages
+            that noise away in the world, and a label averaged over neighbouring ticks does
+            the same for the learner.
         execute: ticks a predicted chunk runs before :meth:`DistilledPolicy.propose` infers
             the next one (1: a new chunk every tick, receding horizon; up to ``chunk``: action
             chunking, fewer decisions to compound errors over). Between inferences it
@@ -134,6 +147,8 @@ class PolicyConfig:
     average: int = 1
     relative: bool = True
     frame: bool = False
+    labels: str = "plan"
+    smooth: int = 1
     execute: int = 1
     ensemble: float | None = None
     threads: int = 1
@@ -142,8 +157,9 @@ class PolicyConfig:
     def __post_init__(self):
         if self.chunk is not None:
             object.__setattr__(self, "chunk", number(self.chunk, "chunk (ticks)", low=1, integer=True))
+        choose("labels", self.labels, LABELS)
         for name in ("n_obs_steps", "width", "depth", "steps", "batch_size", "flow_steps", "execute", "threads",
-                     "val_every", "average"):
+                     "val_every", "average", "smooth"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
         object.__setattr__(self, "seed", number(self.seed, "seed", low=0, integer=True))
         object.__setattr__(self, "lr", number(self.lr, "lr", low=0, low_open=True))
@@ -157,6 +173,8 @@ class PolicyConfig:
         object.__setattr__(self, "val_fraction", number(self.val_fraction, "val_fraction", low=0, high=1, high_open=True))
         if self.ensemble is not None:
             object.__setattr__(self, "ensemble", number(self.ensemble, "ensemble (1/tick)", low=0))
+        if self.smooth > 1 and self.labels == "plan":
+            raise TwinloopError(f"smooth ({self.smooth} ticks) > 1 needs labels='decisions': a plan is not smoothed")
         if self.average > 1 and self.temperature == 0:
             raise TwinloopError(f"average ({self.average} chunks) > 1 needs temperature > 0: flows from zero noise "
                                 "are all the same chunk")
@@ -244,6 +262,16 @@ def chunk_targets(actions: np.ndarray, horizon: int) -> np.ndarray:
     return pad[idx]
 
 
+def smoothed(actions: np.ndarray, window: int) -> np.ndarray:
+    """``(T, nu)`` -> ``(T, nu)``: the centred moving average over ``window`` ticks (the
+    first and last actions held beyond the ends); ``window`` 1 returns them unchanged."""
+    a = np.asarray(actions, dtype=float)
+    before, after = (window - 1) // 2, window // 2
+    pad = np.concatenate([np.repeat(a[:1], before, axis=0), a, np.repeat(a[-1:], after, axis=0)])
+    c = np.concatenate([np.zeros((1, a.shape[1])), np.cumsum(pad, axis=0)])
+    return (c[window:] - c[:-window]) / window
+
+
 def fit_chunks(plans: np.ndarray, horizon: int) -> np.ndarray:
     """``(T, H', nu)`` plans -> ``(T, H, nu)``: cut to H ticks, or the last action held."""
     p = np.asarray(plans, dtype=float)
@@ -294,7 +322,10 @@ def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int
         plans = getattr(d, "plans", None)
         if plans is not None:
             plans = as_array(plans, f"demo {i} plans", (len(obs), None, task.nu))
-        chunks = chunk_targets(act, horizon) if plans is None else fit_chunks(plans, horizon)
+        if plans is not None and cfg.labels == "plan":
+            chunks = fit_chunks(plans, horizon)
+        else:
+            chunks = chunk_targets(smoothed(act if plans is None else plans[:, 0], cfg.smooth), horizon)
         xs.append(context(task, histories(obs, cfg.n_obs_steps), cfg.frame))
         ys.append(policy_targets(task, obs, chunks, cfg).reshape(len(obs), -1))
     if not xs:
