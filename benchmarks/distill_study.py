@@ -40,6 +40,8 @@ from twinloop.data import Dataset
 from twinloop.policies.distilled import (
     DistilledPolicy,
     PolicyConfig,
+    anchors,
+    base_proposer,
     context,
     training_arrays,
     world_chunks,
@@ -100,7 +102,7 @@ def train(a) -> None:
     if a.extra:
         demos += Dataset(a.extra).episodes()[: a.limit or None]
     cfg = PolicyConfig(chunk=5, steps=a.steps, val_fraction=a.val, patience=a.patience or None, frame=a.frame,
-                       n_obs_steps=a.n_obs, labels=a.labels, smooth=a.smooth)
+                       n_obs_steps=a.n_obs, labels=a.labels, smooth=a.smooth, residual=a.residual)
     policy, log = DistilledPolicy.fit(run.task, demos, cfg)
     print(f"{len(demos)} episodes, {log.samples} training samples, {log.val_samples} held out, {log.steps} steps, "
           f"kept step {log.best_step}, {log.seconds:.0f} s, training loss {log.losses[-1]:.3f}")
@@ -172,12 +174,15 @@ class Retrieval:
         from scipy.spatial import cKDTree
 
         x, self.y, _ = training_arrays(task, demos, cfg, horizon)
+        self.base = base_proposer(task, cfg)
         self.mu, self.sd = x.mean(0), x.std(0) + 1e-8
         self.tree, self.task, self.cfg, self.horizon, self.k = cKDTree((x - self.mu) / self.sd), task, cfg, horizon, k
         self.reset(None)
 
     def reset(self, seed=None) -> None:
         self._frames: list[np.ndarray] = []
+        if self.base is not None:
+            self.base.reset(seed)
 
     def propose(self, obs, state=None) -> np.ndarray:
         o = np.asarray(obs, dtype=float)
@@ -188,7 +193,8 @@ class Retrieval:
         c = context(self.task, hist, self.cfg.frame)
         _, idx = self.tree.query((c - self.mu) / self.sd, k=self.k)
         y = self.y[np.atleast_1d(idx)].mean(0).reshape(1, self.horizon, self.task.nu)
-        return np.clip(world_chunks(self.task, o, y, self.cfg)[0], self.task.action_low, self.task.action_high)
+        anchor = anchors(self.task, o, self.cfg, self.horizon, self.base)
+        return np.clip(world_chunks(self.task, o, y, anchor, self.cfg)[0], self.task.action_low, self.task.action_high)
 
 
 def retrieve(a) -> None:
@@ -196,7 +202,8 @@ def retrieve(a) -> None:
     g = groups(a.run)
     demos = [d for k in a.groups.split(",") for d in g[k][: a.limit or None]]
     for k in map(int, a.ks.split(",")):
-        policy = Retrieval(run.task, demos, PolicyConfig(chunk=5, n_obs_steps=a.n_obs, frame=a.frame, labels=a.labels, smooth=a.smooth), 5, k)
+        policy = Retrieval(run.task, demos, PolicyConfig(chunk=5, n_obs_steps=a.n_obs, frame=a.frame, labels=a.labels, smooth=a.smooth,
+                                                  residual=a.residual), 5, k)
         base_alone(run, policy, a.n, f"retrieval k={k} n_obs={a.n_obs} frame={a.frame} ({len(policy.y)} samples), world")
         if a.twin:
             seeds = run.cfg.collect_seeds()[: a.twin]
@@ -239,6 +246,7 @@ def main() -> None:
     t.add_argument("--n-obs", type=int, default=2, help="observations in the context")
     t.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
     t.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
+    t.add_argument("--residual", action="store_true", help="a residual on the task's scripted proposer")
     e = sub.add_parser("execute")
     e.add_argument("--policy", required=True)
     i = sub.add_parser("infer")
@@ -263,6 +271,7 @@ def main() -> None:
     rt.add_argument("--n-obs", type=int, default=2, help="observations in the context")
     rt.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
     rt.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
+    rt.add_argument("--residual", action="store_true", help="a residual on the task's scripted proposer")
     rt.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
     rt.add_argument("--twin", type=int, default=10, help="episodes in twin-worlds on training starts (0: none)")
     a = ap.parse_args()

@@ -99,6 +99,12 @@ class PolicyConfig:
             does not. 1: one chunk. More than 1 needs ``temperature > 0``.
         relative: predict the chunk relative to ``task.hold_action(state)`` (the pusher's own
             position for push tasks), which makes the targets small and translation-invariant.
+        residual: predict the chunk relative to the chunk of the task's scripted proposer
+            (:meth:`~twinloop.tasks.base.Task.default_proposer`, which the policy runs
+            alongside, asked once per tick): a residual policy that learns the teacher's
+            correction of the script, so that where it has learned nothing it falls back to
+            the script instead of to holding still. Needs a task with a scripted proposer;
+            ``relative`` is then moot.
         frame: see the observation history, the goal and the chunk in the task's
             :meth:`~twinloop.tasks.base.Task.policy_frame` of the newest observation (push-t:
             the block's own frame), so that one push learned at one pose of the object holds
@@ -147,6 +153,7 @@ class PolicyConfig:
     average: int = 1
     relative: bool = True
     frame: bool = False
+    residual: bool = False
     labels: str = "plan"
     smooth: int = 1
     execute: int = 1
@@ -280,34 +287,51 @@ def fit_chunks(plans: np.ndarray, horizon: int) -> np.ndarray:
     return np.concatenate([p, np.repeat(p[:, -1:], horizon - p.shape[1], axis=1)], axis=1)
 
 
-def _anchor(task: Task, obs: np.ndarray, relative: bool) -> np.ndarray:
-    """``(T, nu)`` what chunks are predicted relative to: ``task.hold_action`` of each state
-    (zeros when not relative)."""
+def base_proposer(task: Task, cfg: PolicyConfig):
+    """The proposer a residual policy (:attr:`PolicyConfig.residual`) adds to: a fresh
+    ``task.default_proposer()``; None for a policy that is not residual."""
+    if not cfg.residual:
+        return None
+    base = task.default_proposer()
+    if base is None:
+        raise TwinloopError(f"residual=True needs a task with a scripted proposer; task {task.name!r} has none")
+    return base
+
+
+def anchors(task: Task, obs: np.ndarray, cfg: PolicyConfig, horizon: int, base=None) -> np.ndarray:
+    """``(T, H, nu)`` what the chunks at observations ``(T, n_obs)`` are predicted relative to:
+    the chunk of ``base`` (:func:`base_proposer`, asked once per observation in order: an
+    episode replayed) for a residual policy, else ``task.hold_action`` of each state held over
+    the chunk (:attr:`PolicyConfig.relative`), else zeros."""
     obs = np.atleast_2d(obs)
-    if not relative:
-        return np.zeros((len(obs), task.nu))
-    return np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
+    if base is not None:
+        return np.stack([fit_chunks(np.asarray(base.propose(o, task.state_from_obs(o)), dtype=float)[None], horizon)[0]
+                         for o in obs])
+    if not cfg.relative:
+        return np.zeros((len(obs), horizon, task.nu))
+    hold = np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
+    return np.repeat(hold[:, None], horizon, axis=1)
 
 
-def policy_targets(task: Task, obs: np.ndarray, chunks: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+def policy_targets(task: Task, obs: np.ndarray, chunks: np.ndarray, anchor: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
     """World chunks ``(T, H, nu)`` taken at observations ``(T, n_obs)`` -> what the policy
-    predicts: relative to the anchor (:attr:`PolicyConfig.relative`), in the policy frame
+    predicts: the chunk less its ``anchor`` (:func:`anchors`), in the policy frame
     (:attr:`PolicyConfig.frame`). The inverse is :func:`world_chunks`."""
-    obs, anchor = np.atleast_2d(obs), _anchor(task, obs, cfg.relative)
+    obs = np.atleast_2d(obs)
     if not cfg.frame:
-        return np.asarray(chunks, dtype=float) - anchor[:, None]
-    pose = task.policy_frame(obs)
-    return task.actions_in_frame(pose[:, None], chunks) - task.actions_in_frame(pose, anchor)[:, None]
+        return np.asarray(chunks, dtype=float) - anchor
+    pose = task.policy_frame(obs)[:, None]
+    return task.actions_in_frame(pose, chunks) - task.actions_in_frame(pose, anchor)
 
 
-def world_chunks(task: Task, obs: np.ndarray, targets: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+def world_chunks(task: Task, obs: np.ndarray, targets: np.ndarray, anchor: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
     """The inverse of :func:`policy_targets`: ``(T, H, nu)`` predictions at ``(T, n_obs)``
     observations -> world chunks (not clipped)."""
-    obs, anchor = np.atleast_2d(obs), _anchor(task, obs, cfg.relative)
+    obs = np.atleast_2d(obs)
     if not cfg.frame:
-        return np.asarray(targets, dtype=float) + anchor[:, None]
-    pose = task.policy_frame(obs)
-    return task.actions_in_frame(pose[:, None], targets + task.actions_in_frame(pose, anchor)[:, None], inverse=True)
+        return np.asarray(targets, dtype=float) + anchor
+    pose = task.policy_frame(obs)[:, None]
+    return task.actions_in_frame(pose, targets + task.actions_in_frame(pose, anchor), inverse=True)
 
 
 def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -327,7 +351,10 @@ def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int
         else:
             chunks = chunk_targets(smoothed(act if plans is None else plans[:, 0], cfg.smooth), horizon)
         xs.append(context(task, histories(obs, cfg.n_obs_steps), cfg.frame))
-        ys.append(policy_targets(task, obs, chunks, cfg).reshape(len(obs), -1))
+        base = base_proposer(task, cfg)
+        if base is not None:
+            base.reset(None)
+        ys.append(policy_targets(task, obs, chunks, anchors(task, obs, cfg, horizon, base), cfg).reshape(len(obs), -1))
     if not xs:
         raise TwinloopError("no demonstrations to train on: need at least one episode")
     x, y = np.concatenate(xs), np.concatenate(ys)
@@ -428,6 +455,7 @@ class DistilledPolicy:
         self.stats = {k: np.asarray(v, dtype=float) for k, v in stats.items()}
         self.torch = require_torch()
         self.net.eval()
+        self._base = base_proposer(task, config)
         self.reset(None)
 
     @property
@@ -495,6 +523,16 @@ class DistilledPolicy:
         self._tick = -1
         self._chunks: list[tuple[int, np.ndarray]] = []  # (tick predicted, (H, nu) chunk), oldest first
         self._answer: np.ndarray | None = None
+        self._anchor: tuple[np.ndarray, np.ndarray] | None = None  # (observation, (H, nu) anchor)
+        if self._base is not None:
+            self._base.reset(seed)
+
+    def _base_chunk(self, o: np.ndarray) -> np.ndarray:
+        """``(1, H, nu)`` the anchor of observation ``o`` (:func:`anchors`); the base proposer
+        is asked once per observation."""
+        if self._anchor is None or not np.array_equal(self._anchor[0], o):
+            self._anchor = (o.copy(), anchors(self.task, o, self.config, self.horizon, self._base))
+        return self._anchor[1]
 
     def propose(self, obs, state=None) -> np.ndarray:
         """``(H, nu)`` action chunk for ``obs``, the episode's next observation (a new tick
@@ -562,7 +600,7 @@ class DistilledPolicy:
         with torch.inference_mode(), _threads(torch, 1):
             yn = _integrate(torch, self.net, x, cn.expand(len(x), -1), self.config.flow_steps).double().numpy()
         y = (yn * self.stats["y_std"] + self.stats["y_mean"]).reshape(len(yn), *self.chunk_shape)
-        y = world_chunks(self.task, np.broadcast_to(o, (len(y), len(o))), y, self.config)
+        y = world_chunks(self.task, np.broadcast_to(o, (len(y), len(o))), y, self._base_chunk(o), self.config)
         return np.clip(y, self.task.action_low, self.task.action_high)
 
     # -- persistence -------------------------------------------------------------------------
