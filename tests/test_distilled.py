@@ -246,6 +246,35 @@ def test_a_policy_in_its_frame_reloads_in_it(framed, tmp_path):
     np.testing.assert_array_equal(loaded.propose(obs, None), framed.propose(obs, None))
 
 
+def test_a_residual_policy_learns_the_chunk_less_the_scripted_one(task):
+    d = synthetic_demos(task, n=1, T=4, H=3)[0]
+    _, y, _ = training_arrays(task, [d], replace(CFG, residual=True), 3)
+    script = task.default_proposer()
+    script.reset(None)
+    base = np.stack([script.propose(o, task.state_from_obs(o))[:3] for o in d.obs])  # replayed in order
+    np.testing.assert_allclose(y.reshape(4, 3, 2), d.plans - base)
+
+
+def test_a_residual_policy_asks_its_script_once_per_observation(torch, task):
+    policy, _ = DistilledPolicy.fit(task, synthetic_demos(task, n=2), replace(CFG, residual=True, steps=20))
+    asked = []
+    propose = policy._base.propose
+    policy._base.propose = lambda obs, state: asked.append(1) or propose(obs, state)
+    obs = synthetic_demos(task, n=1, seed=3)[0].obs
+    policy.reset(0)
+    policy.propose(obs[0], None)
+    policy.sample(obs[0], None, 4, np.random.default_rng(0))
+    policy.propose(obs[0], None)
+    policy.propose(obs[1], None)
+    assert len(asked) == 2
+
+
+def test_a_residual_policy_needs_a_task_with_a_script(torch, task, monkeypatch):
+    monkeypatch.setattr(task, "default_proposer", lambda: None)
+    with pytest.raises(TwinloopError, match="residual=True needs a task with a scripted proposer"):
+        DistilledPolicy.fit(task, synthetic_demos(task, n=1), replace(CFG, residual=True))
+
+
 def test_a_task_without_a_policy_frame_is_seen_in_the_world_frame(task):
     hist = synthetic_demos(task, n=1)[0].obs[:6].reshape(3, 2, -1)
     np.testing.assert_array_equal(context(task, hist, frame=True), context(task, hist))
