@@ -275,6 +275,29 @@ def test_a_residual_policy_needs_a_task_with_a_script(torch, task, monkeypatch):
         DistilledPolicy.fit(task, synthetic_demos(task, n=1), replace(CFG, residual=True))
 
 
+def test_a_neighbours_policy_proposes_the_mean_label_of_the_nearest_samples(torch, task):
+    demos = synthetic_demos(task)
+    one, log = DistilledPolicy.fit(task, demos, replace(CFG, learner="neighbours", neighbours=1))
+    assert one.n_params == 0 and log.samples == 100 and not log.losses
+    one.reset(0)
+    np.testing.assert_allclose(one.propose(demos[1].obs[7], None), demos[1].plans[7], atol=1e-12)  # its own label
+    two, _ = DistilledPolicy.fit(task, demos, replace(CFG, learner="neighbours", neighbours=2))
+    two.reset(0)
+    got = two.propose(demos[1].obs[7], None)
+    assert not np.allclose(got, demos[1].plans[7])  # another sample's label in the mean
+
+
+def test_a_neighbours_policy_reloads_with_identical_outputs(torch, task, tmp_path):
+    demos = synthetic_demos(task)
+    policy, _ = DistilledPolicy.fit(task, demos, replace(CFG, learner="neighbours", residual=True))
+    loaded = DistilledPolicy.load(policy.save(tmp_path / "nn.pt"), task)
+    policy.reset(0), loaded.reset(0)
+    for o in synthetic_demos(task, n=1, seed=4)[0].obs[:3]:
+        np.testing.assert_array_equal(loaded.propose(o, None), policy.propose(o, None))
+    with pytest.raises(TwinloopError, match="no flow-matching loss"):
+        loaded.loss(demos)
+
+
 def test_a_task_without_a_policy_frame_is_seen_in_the_world_frame(task):
     hist = synthetic_demos(task, n=1)[0].obs[:6].reshape(3, 2, -1)
     np.testing.assert_array_equal(context(task, hist, frame=True), context(task, hist))
@@ -342,6 +365,8 @@ def test_bad_policy_config_names_the_field():
         PolicyConfig(epochs=0)
     with pytest.raises(TwinloopError, match="average"):
         PolicyConfig(average=4)  # at temperature 0 every flow is the same chunk
+    with pytest.raises(TwinloopError, match="learner"):
+        PolicyConfig(learner="forest")
     with pytest.raises(TwinloopError, match="labels"):
         PolicyConfig(labels="future")
     with pytest.raises(TwinloopError, match="smooth"):

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from scipy.spatial import cKDTree
 
 from twinloop.errors import TwinloopError, as_array, choose, number
 from twinloop.io import load_checkpoint, save_checkpoint
@@ -51,6 +52,8 @@ from twinloop.tasks.base import Task
 #: 1: the MLP regression policy of twinloop <= 0.1 (no longer read); 2: flow matching
 FORMAT_VERSION = 2
 KIND = "twinloop.flow_chunk_policy"
+#: what maps a context to a chunk (PolicyConfig.learner)
+LEARNERS = ("flow", "neighbours")
 #: what a chunk label is (PolicyConfig.labels)
 LABELS = ("plan", "decisions")
 LEARN_HINT = "pip install 'twinloop[learn]'"
@@ -109,6 +112,14 @@ class PolicyConfig:
             :meth:`~twinloop.tasks.base.Task.policy_frame` of the newest observation (push-t:
             the block's own frame), so that one push learned at one pose of the object holds
             at every other. False: the world frame.
+        learner: ``flow`` (the flow-matching network) | ``neighbours`` (no network: a memory
+            of every training sample, proposing the mean target of the ``neighbours`` nearest
+            in standardized context; instant to fit, deterministic, its ``sample`` returns
+            copies of that mean; the held-out and training-step knobs do not act). With
+            ``residual`` on push-t the memory succeeds alone where the network does not: the
+            network's fit averages the teacher's corrections over many episodes, the memory
+            follows the few nearest ones.
+        neighbours: samples a ``neighbours`` policy averages.
         labels: what a chunk label is, for demos with ``plans``: ``plan`` (the refined plan of
             the tick, cut or held to ``chunk`` ticks) | ``decisions`` (the first action of each
             tick's plan, the teacher's decision there, for this tick and the ``chunk - 1`` after
@@ -154,6 +165,8 @@ class PolicyConfig:
     relative: bool = True
     frame: bool = False
     residual: bool = False
+    learner: str = "flow"
+    neighbours: int = 4
     labels: str = "plan"
     smooth: int = 1
     execute: int = 1
@@ -165,8 +178,9 @@ class PolicyConfig:
         if self.chunk is not None:
             object.__setattr__(self, "chunk", number(self.chunk, "chunk (ticks)", low=1, integer=True))
         choose("labels", self.labels, LABELS)
+        choose("learner", self.learner, LEARNERS)
         for name in ("n_obs_steps", "width", "depth", "steps", "batch_size", "flow_steps", "execute", "threads",
-                     "val_every", "average", "smooth"):
+                     "val_every", "average", "smooth", "neighbours"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
         object.__setattr__(self, "seed", number(self.seed, "seed", low=0, integer=True))
         object.__setattr__(self, "lr", number(self.lr, "lr", low=0, low_open=True))
@@ -454,7 +468,11 @@ class DistilledPolicy:
         self.task, self.net, self.config, self.horizon = task, net, config, int(horizon)
         self.stats = {k: np.asarray(v, dtype=float) for k, v in stats.items()}
         self.torch = require_torch()
-        self.net.eval()
+        self._memory = None
+        if net is None:
+            self._memory = cKDTree(self.stats["memory_x"])
+        else:
+            self.net.eval()
         self._base = base_proposer(task, config)
         self.reset(None)
 
@@ -464,7 +482,8 @@ class DistilledPolicy:
 
     @property
     def n_params(self) -> int:
-        return int(sum(p.numel() for p in self.net.parameters()))
+        """Weights of the network (0 for ``learner="neighbours"``)."""
+        return 0 if self.net is None else int(sum(p.numel() for p in self.net.parameters()))
 
     # -- training ----------------------------------------------------------------------------
 
@@ -484,6 +503,12 @@ class DistilledPolicy:
         cfg = config or PolicyConfig()
         horizon = cfg.chunk or max(1, int(round(task.horizon / task.control_period)))
         t0 = time.perf_counter()
+        if cfg.learner == "neighbours":  # a memory of every sample: nothing to hold out
+            x, y, dup = training_arrays(task, demos, cfg, horizon)
+            stats = {"x_mean": x.mean(0), "x_std": _std(x), "y_mean": y.mean(0), "y_std": _std(y)}
+            stats.update(memory_x=(x - stats["x_mean"]) / stats["x_std"], memory_y=(y - stats["y_mean"]) / stats["y_std"])
+            log = TrainLog(samples=len(x), duplicates=dup, seconds=time.perf_counter() - t0)
+            return cls(task, None, stats, cfg, horizon), log
         train, held = split_episodes(demos, cfg.val_fraction, cfg.seed)
         x, y, dup = training_arrays(task, train, cfg, horizon)
         stats = {"x_mean": x.mean(0), "x_std": _std(x), "y_mean": y.mean(0), "y_std": _std(y)}
@@ -504,6 +529,8 @@ class DistilledPolicy:
         """Flow-matching loss on ``demos`` (the training objective), averaged over ``n_noise``
         seeded draws of noise and flow time per sample."""
         torch = self.torch
+        if self.net is None:
+            raise TwinloopError("a nearest-neighbour policy (learner='neighbours') has no flow-matching loss")
         x, y, _ = training_arrays(self.task, demos, self.config, self.horizon)
         xn = torch.as_tensor((x - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
         yn = torch.as_tensor((y - self.stats["y_mean"]) / self.stats["y_std"], dtype=torch.float32)
@@ -592,13 +619,19 @@ class DistilledPolicy:
         return past[len(past) - keep:] if keep else []
 
     def _sample(self, o: np.ndarray, x0: np.ndarray) -> np.ndarray:
-        """Flow ``(B, D)`` noise to ``(B, H, nu)`` chunks for observation ``o``."""
+        """Flow ``(B, D)`` noise to ``(B, H, nu)`` chunks for observation ``o`` (a memory:
+        ``B`` copies of the mean target of the nearest samples, the noise unused)."""
         torch = self.torch
         c = context(self.task, self._window(o), self.config.frame)
-        cn = torch.as_tensor((c - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
-        x = torch.as_tensor(x0, dtype=torch.float32)
-        with torch.inference_mode(), _threads(torch, 1):
-            yn = _integrate(torch, self.net, x, cn.expand(len(x), -1), self.config.flow_steps).double().numpy()
+        cn = (c - self.stats["x_mean"]) / self.stats["x_std"]
+        if self._memory is not None:
+            _, idx = self._memory.query(cn, k=self.config.neighbours)
+            yn = np.repeat(self.stats["memory_y"][np.atleast_1d(idx)].mean(axis=0)[None], len(x0), axis=0)
+        else:
+            x = torch.as_tensor(x0, dtype=torch.float32)
+            with torch.inference_mode(), _threads(torch, 1):
+                yn = _integrate(torch, self.net, x, torch.as_tensor(cn, dtype=torch.float32).expand(len(x), -1),
+                                self.config.flow_steps).double().numpy()
         y = (yn * self.stats["y_std"] + self.stats["y_mean"]).reshape(len(yn), *self.chunk_shape)
         y = world_chunks(self.task, np.broadcast_to(o, (len(y), len(o))), y, self._base_chunk(o), self.config)
         return np.clip(y, self.task.action_low, self.task.action_high)
@@ -627,7 +660,7 @@ class DistilledPolicy:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write weights, normalization stats and metadata to ``path`` atomically."""
-        return save_checkpoint(path, self.metadata(), self.stats, self.net.state_dict())
+        return save_checkpoint(path, self.metadata(), self.stats, {} if self.net is None else self.net.state_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike, task: Task) -> DistilledPolicy:
@@ -661,6 +694,8 @@ class DistilledPolicy:
         if meta["context_dim"] != n_ctx:
             raise TwinloopError(f"{path} expects {meta['context_dim']} context inputs; task {task.name!r} gives {n_ctx}")
         stats = {k: v.numpy() for k, v in blob["stats"].items()}
+        if cfg.learner == "neighbours":
+            return cls(task, None, stats, cfg, meta["chunk"])
         net = _velocity_net(torch, n_ctx, meta["chunk"] * task.nu, cfg)
         try:
             net.load_state_dict(blob["state_dict"])
