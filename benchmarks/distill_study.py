@@ -17,6 +17,10 @@ the standard evaluation seeds (``DistillConfig.eval_seeds``: 0..N-1 for seed 0):
 - ``refine``: a saved policy refined at some Ks (optionally with policy samples as proposals).
 - ``baseline``: refinement without the learned policy (``refined``: no proposer,
   ``scripted+refined``) at some Ks, on the evaluation seeds (``DistillRun.baseline``).
+- ``retrieve``: the data check: a proposer that returns the mean label of the k nearest
+  training samples in standardized context (the policy's own context, targets and anchor:
+  ``--frame``, ``--residual``, ``--labels``, ``--smooth`` as :class:`PolicyConfig`), alone in the
+  world (and in twin-worlds on its training starts). ``train`` takes the same options.
 - ``collect``: teacher episodes (scripted + MPPI at K) in twin-worlds, optionally with DART
   noise, into a dataset.
 
