@@ -139,7 +139,7 @@ class GapMonitor:
         return cls(task, twin, error, cfg.margin * float(np.quantile(np.concatenate(scores), cfg.quantile)), cfg)
 
     def reset(self) -> None:
-        """Forget the last episode (scores, buffer, a pending refit, the alarms)."""
+        """Forget the last episode (scores, buffer, a pending refit, the alarms and refits)."""
         self._scores: deque[float] = deque(maxlen=self.config.window)
         self._states: deque[np.ndarray] = deque(maxlen=self.config.buffer + 1)
         self._actions: deque[np.ndarray] = deque(maxlen=self.config.buffer)
@@ -147,6 +147,7 @@ class GapMonitor:
         self._refit: tuple[int, Future] | None = None
         self.tick = 0
         self.alarms: list[Alarm] = []
+        self.refits: list[tuple[int, np.ndarray]] = []  # (tick it took over, the estimate)
         self.score = float("nan")
 
     def tick_errors(self, before: np.ndarray, actions: np.ndarray, after: np.ndarray, params=None) -> np.ndarray:
@@ -215,10 +216,12 @@ class GapMonitor:
         _, fut = self._refit
         self._refit = None
         try:
-            return fut.result().particles
+            particles = fut.result().particles
         except Exception:  # a refit must never stop the robot; keep the twin as it is
             self.alarms.append(Alarm(self.tick, self.score, self.threshold, "flag"))
             return None
+        self.refits.append((self.tick, particles[0].copy()))
+        return particles
 
     def close(self) -> None:
         if self._pool is not None:
