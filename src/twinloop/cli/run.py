@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from twinloop.calib.monitor import ACTIONS as MONITOR_ACTIONS
 from twinloop.cli.common import (
     NOISE_HELP,
     OUT_HELP,
@@ -19,7 +20,6 @@ from twinloop.cli.common import (
     progress_ticks,
     results_table,
 )
-from twinloop.calib.monitor import ACTIONS as MONITOR_ACTIONS
 from twinloop.control import AsyncConfig
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode

@@ -104,7 +104,8 @@ class RunConfig:
             the nominal twin alone. Costs P times the rollouts per tick.
         monitor: a live gap monitor on the refined controller (:class:`~twinloop.calib.monitor.
             GapMonitor`), what its alarm does: ``flag`` (record only) | ``widen`` | ``refit`` |
-            ``fallback``; ``None``: no monitor. Its threshold is calibrated on
+            ``fallback`` | ``adapt`` (``refit``, and the actuators' gains refit at tick 10 whatever
+            the score); ``None``: no monitor. Its threshold is calibrated on
             ``monitor_episodes`` refined episodes the run records first in the nominal
             counterpart of its world (:func:`~twinloop.worlds.shifted.nominal_counterpart`: the
             world's noise, delay and engine, the twin's own parameters), seeded by ``seed``
@@ -205,8 +206,11 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     proposer = make_proposer(task, cfg.proposer)
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
-    if cfg.monitor in ("widen", "refit") and not len(task.param_space()):
+    if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
         raise TwinloopError(f"monitor={cfg.monitor!r} changes the twin's parameters; task {cfg.task!r} has none")
+    if cfg.monitor == "adapt" and not task.param_space().on("actuator"):
+        raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.task!r} has none among "
+                            f"{task.param_space().names}")
     twin = refiner_twin(task, cfg.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed, check_twin)
     refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, noise=cfg.noise), cfg.refiner,
                       params=planning_particles(cfg, twin.param_space), keep_rollouts=keep_rollouts)
