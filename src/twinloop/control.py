@@ -518,7 +518,7 @@ class Controller:
         self.last = None
         self.n_fallbacks = 0
         if self.monitor is not None:
-            if self.monitor.alarms:  # the particles the monitor changed belong to that episode
+            if self.monitor.alarms or self.monitor.refits:  # the particles it changed belong to that episode
                 self.refiner.set_params(self._episode_params)
             self.monitor.reset()
         self._episode_params = self.refiner.params
