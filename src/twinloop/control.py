@@ -567,10 +567,8 @@ class Controller:
             return ""
         if alarm.action == "widen":
             self.refiner.set_params(m.widened(params, space))
-        elif alarm.action == "refit":
+        elif alarm.action in ("refit", "adapt"):
             m.start_refit(space, x0)
-        elif alarm.action == "adapt":
-            m.start_refit(space, x0, space.on("actuator"), m.config.adapt)
         elif alarm.action == "fallback":
             self._gave_up = alarm.reason
         return alarm.reason

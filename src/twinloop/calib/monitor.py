@@ -20,13 +20,12 @@ an :class:`Alarm` that says why, and the controller acts as configured:
   same seed gives the same episode);
 - ``fallback``: stop refining and send the base proposer's actions;
 - ``flag``: only record the alarm;
-- ``adapt``: refit the parameters of the robot's own actuators alone (those whose targets
-  are all ``actuator:`` addresses: servo gains), the others held, at tick ``adapt_at``
-  whatever the score and again on each alarm. A robot's tracking of its own commands shows
+- ``adapt``: as ``refit``, and also, at tick ``adapt_at`` whatever the score, refit the
+  parameters of the robot's own actuators alone (those whose targets are all ``actuator:``
+  addresses: servo gains) on the ticks so far. A robot's tracking of its own commands shows
   its actuators' gains before it touches anything, when the objects' parameters are not
-  seen yet (a fit of those would follow the noise: flat directions of the fit); waiting for
-  an alarm can be too late (a softer arm tracks its commands with a lag that stays under
-  the threshold).
+  seen yet (a fit of those would only follow the noise); waiting for an alarm can be too
+  late (a softer arm tracks its commands with a lag that stays under the threshold).
 
 After an alarm the running score restarts (the twin has changed, or was told to doubt).
 """
@@ -119,7 +118,7 @@ class Alarm:
     def reason(self) -> str:
         done = {"flag": "recorded only", "widen": "widened the parameter particles",
                 "refit": "refitting the parameters from recent ticks", "fallback": "fell back to the base proposer",
-                "adapt": "refitting the actuators' parameters from recent ticks"}
+                "adapt": "refitting the parameters from recent ticks"}
         return (f"gap score {self.score:.3g} > threshold {self.threshold:.3g} at tick {self.tick} "
                 f"(the world no longer behaves like the twin): {done[self.action]}")
 

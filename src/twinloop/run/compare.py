@@ -104,8 +104,8 @@ class RunConfig:
             the nominal twin alone. Costs P times the rollouts per tick.
         monitor: a live gap monitor on the refined controller (:class:`~twinloop.calib.monitor.
             GapMonitor`), what its alarm does: ``flag`` (record only) | ``widen`` | ``refit`` |
-            ``fallback`` | ``adapt`` (the actuators' gains refit at tick 10 whatever the score,
-            and on each alarm); ``None``: no monitor. Its threshold is calibrated on
+            ``fallback`` | ``adapt`` (``refit``, and the actuators' gains refit at tick 10 whatever
+            the score); ``None``: no monitor. Its threshold is calibrated on
             ``monitor_episodes`` refined episodes the run records first in the nominal
             counterpart of its world (:func:`~twinloop.worlds.shifted.nominal_counterpart`: the
             world's noise, delay and engine, the twin's own parameters), seeded by ``seed``
