@@ -17,6 +17,10 @@ the standard evaluation seeds (``DistillConfig.eval_seeds``: 0..N-1 for seed 0):
 - ``refine``: a saved policy refined at some Ks (optionally with policy samples as proposals).
 - ``baseline``: refinement without the learned policy (``refined``: no proposer,
   ``scripted+refined``) at some Ks, on the evaluation seeds (``DistillRun.baseline``).
+- ``retrieve``: the data check: a proposer that returns the mean label of the k nearest
+  training samples in standardized context (the policy's own context, targets and anchor:
+  ``--frame``, ``--residual``, ``--labels``, ``--smooth`` as :class:`PolicyConfig`), alone in the
+  world (and in twin-worlds on its training starts). ``train`` takes the same options.
 - ``collect``: teacher episodes (scripted + MPPI at K) in twin-worlds, optionally with DART
   noise, into a dataset.
 
@@ -37,7 +41,15 @@ from pathlib import Path
 import numpy as np
 
 from twinloop.data import Dataset
-from twinloop.policies.distilled import DistilledPolicy, PolicyConfig, training_arrays
+from twinloop.policies.distilled import (
+    DistilledPolicy,
+    PolicyConfig,
+    anchors,
+    base_proposer,
+    context,
+    training_arrays,
+    world_chunks,
+)
 from twinloop.run.distill import DistillConfig, DistillRun, Labelled
 
 
@@ -93,7 +105,8 @@ def train(a) -> None:
     demos = [d for k in a.groups.split(",") for d in g[k][: a.limit or None]]
     if a.extra:
         demos += Dataset(a.extra).episodes()[: a.limit or None]
-    cfg = PolicyConfig(chunk=5, steps=a.steps, val_fraction=a.val, patience=a.patience or None)
+    cfg = PolicyConfig(chunk=5, steps=a.steps, val_fraction=a.val, patience=a.patience or None, frame=a.frame,
+                       n_obs_steps=a.n_obs, labels=a.labels, smooth=a.smooth, residual=a.residual)
     policy, log = DistilledPolicy.fit(run.task, demos, cfg)
     print(f"{len(demos)} episodes, {log.samples} training samples, {log.val_samples} held out, {log.steps} steps, "
           f"kept step {log.best_step}, {log.seconds:.0f} s, training loss {log.losses[-1]:.3f}")
@@ -152,6 +165,58 @@ def baseline(a) -> None:
               f"{b['k_error'][str(k)]:.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+class Retrieval:
+    """A proposer that looks the answer up: the label of the nearest training context.
+
+    The data check of the policy: trained on the same samples (:func:`training_arrays`, the
+    same context and anchor), it returns the mean relative chunk of the ``k`` nearest samples
+    in normalized context space. If it succeeds where the flow policy fails, the learner is
+    what fails; if not, the labels or the observation are.
+    """
+
+    def __init__(self, task, demos, cfg: PolicyConfig, horizon: int, k: int):
+        from scipy.spatial import cKDTree
+
+        x, self.y, _ = training_arrays(task, demos, cfg, horizon)
+        self.base = base_proposer(task, cfg)
+        self.mu, self.sd = x.mean(0), x.std(0) + 1e-8
+        self.tree, self.task, self.cfg, self.horizon, self.k = cKDTree((x - self.mu) / self.sd), task, cfg, horizon, k
+        self.reset(None)
+
+    def reset(self, seed=None) -> None:
+        self._frames: list[np.ndarray] = []
+        if self.base is not None:
+            self.base.reset(seed)
+
+    def propose(self, obs, state=None) -> np.ndarray:
+        o = np.asarray(obs, dtype=float)
+        if not self._frames or not np.array_equal(o, self._frames[-1]):
+            self._frames.append(o)
+        frames = self._frames[-self.cfg.n_obs_steps:]
+        hist = np.stack([frames[0]] * (self.cfg.n_obs_steps - len(frames)) + frames)
+        c = context(self.task, hist, self.cfg.frame)
+        _, idx = self.tree.query((c - self.mu) / self.sd, k=self.k)
+        y = self.y[np.atleast_1d(idx)].mean(0).reshape(1, self.horizon, self.task.nu)
+        anchor = anchors(self.task, o, self.cfg, self.horizon, self.base)
+        return np.clip(world_chunks(self.task, o, y, anchor, self.cfg)[0], self.task.action_low, self.task.action_high)
+
+
+def retrieve(a) -> None:
+    run = make_run(a.run, a.scratch)
+    g = groups(a.run)
+    demos = [d for k in a.groups.split(",") for d in g[k][: a.limit or None]]
+    for k in map(int, a.ks.split(",")):
+        policy = Retrieval(run.task, demos, PolicyConfig(chunk=5, n_obs_steps=a.n_obs, frame=a.frame, labels=a.labels, smooth=a.smooth,
+                                                  residual=a.residual), 5, k)
+        base_alone(run, policy, a.n, f"retrieval k={k} n_obs={a.n_obs} frame={a.frame} ({len(policy.y)} samples), world")
+        if a.twin:
+            seeds = run.cfg.collect_seeds()[: a.twin]
+            res = [run.episodes("", run.twin_world(i), run.controller(policy, 32, refine=False), [s])[0]
+                   for i, s in enumerate(seeds)]
+            print(f"  twin-worlds, its own training starts: alone {sum(r.success for r in res)}/{a.twin}, mean final "
+                  f"error {np.mean([r.final_error for r in res]):.3f}", flush=True)
+
+
 def collect(a) -> None:
     run = make_run(a.run, a.scratch, collect=8000, teacher_warm=not a.cold)
     seeds = run.cfg.collect_seeds()[a.start: a.start + a.count]
@@ -181,6 +246,11 @@ def main() -> None:
     t.add_argument("--patience", type=int, default=0)
     t.add_argument("--save", default="")
     t.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
+    t.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
+    t.add_argument("--n-obs", type=int, default=2, help="observations in the context")
+    t.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
+    t.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
+    t.add_argument("--residual", action="store_true", help="a residual on the task's scripted proposer")
     e = sub.add_parser("execute")
     e.add_argument("--policy", required=True)
     i = sub.add_parser("infer")
@@ -198,8 +268,19 @@ def main() -> None:
     c.add_argument("--count", type=int, default=360)
     c.add_argument("--noise", type=float, default=0.0)
     c.add_argument("--cold", action="store_true", help="a teacher not warm-started from its last plan")
+    rt = sub.add_parser("retrieve")
+    rt.add_argument("--groups", default="twin/collect")
+    rt.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
+    rt.add_argument("--ks", default="1", help="neighbours averaged, comma-separated")
+    rt.add_argument("--n-obs", type=int, default=2, help="observations in the context")
+    rt.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
+    rt.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
+    rt.add_argument("--residual", action="store_true", help="a residual on the task's scripted proposer")
+    rt.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
+    rt.add_argument("--twin", type=int, default=10, help="episodes in twin-worlds on training starts (0: none)")
     a = ap.parse_args()
-    {"labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "baseline": baseline, "collect": collect}[a.cmd](a)
+    {"labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "baseline": baseline, "collect": collect,
+     "retrieve": retrieve}[a.cmd](a)
 
 
 if __name__ == "__main__":

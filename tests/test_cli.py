@@ -135,6 +135,13 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--world-per-episode", "--world", "remote:127.0.0.1:5555"], "world 'remote:127.0.0.1:5555' takes none"),
         (["--world-per-episode", "--world", "bullet"], "world 'bullet' takes none"),
         (["--world-per-episode", "--realtime"], "world_per_episode cannot run in real time"),
+        (["--monitor", "panic"], "unknown monitor 'panic'"),
+        (["--monitor", "flag", "--realtime"], "monitor='flag' watches the synchronous refined controller"),
+        (["--monitor", "flag", "--world", "bullet"], "world 'bullet' has none"),
+        (["--monitor", "fallback", "--proposer", "none"], "monitor='fallback' falls back to the base proposer; "
+                                                          "proposer 'none' has none"),
+        (["--monitor", "adapt"], "monitor='adapt' refits the actuators' parameters; task 'block-push' has none"),
+        (["--monitor", "flag", "--monitor-episodes", "0"], "monitor_episodes must be an integer >= 1, got 0"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):
@@ -216,3 +223,23 @@ def test_run_against_a_served_world(tmp_path):
         assert [r.pop("world_seed") for r in rows] == [None] * len(rows)
         assert [r.pop("world_seed") for r in local["per_episode"][name]] == [0] * len(rows)
     assert s["per_episode"] == local["per_episode"]
+
+
+def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms(tmp_path):
+    # push-upright, world seeds 0-3: seed 3's arm is 34% softer than the twin's, and the
+    # monitor, calibrated on nominal episodes with the same noise and delay, sees it
+    args = ["run", "--task", "push-upright", "--proposer", "open-loop", "--world-per-episode", "--episodes", "4",
+            "--max-ticks", "20", "--monitor", "flag", "--monitor-episodes", "2", "--no-video", "--no-record"]
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "a" / "summary.json").read_text())
+    m = s["monitor"]
+    assert m["action"] == "flag" and m["threshold"] > 0 and m["nominal_seeds"] == [50_000, 50_001]
+    assert m["nominal_world"]["params"] == m["nominal_world"]["nominal"]  # the twin's own parameters
+    rows = s["per_episode"]["refined"]
+    assert all("alarms" not in r for r in s["per_episode"]["base"])  # the monitor watches the refined controller
+    assert sum(len(r["alarms"]) for r in rows) == m["alarms"] >= 1
+    assert all(a["score"] > a["threshold"] == m["threshold"] for r in rows for a in r["alarms"])
+    assert all(r["refits"] == [] for r in rows)  # flag: watches, never acts
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["per_episode"] == s["per_episode"]

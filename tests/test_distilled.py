@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from pusht_moves import moved
 
 from twinloop.calib.fit import CalibConfig
 from twinloop.control import RefinerConfig
@@ -16,6 +17,7 @@ from twinloop.policies.distilled import (
     DistilledPolicy,
     PolicyConfig,
     chunk_targets,
+    context,
     fit_chunks,
     histories,
     require_torch,
@@ -25,6 +27,7 @@ from twinloop.policies.distilled import (
 )
 from twinloop.run.distill import DistillConfig, goals, k_at, min_k, run_distill, stages
 from twinloop.tasks import make_task
+from twinloop.tasks.push_t import PushT
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +221,88 @@ def test_saved_policy_reloads_with_identical_outputs(trained, task, tmp_path):
     assert meta["task"] == "block-push" and meta["chunk"] == CFG.chunk and meta["n_params"] == policy.n_params
 
 
+@pytest.fixture(scope="module")
+def framed(torch):
+    push_t = make_task("push-t")
+    return DistilledPolicy.fit(push_t, synthetic_demos(push_t), replace(CFG, frame=True, steps=150))[0]
+
+
+def test_a_policy_in_the_blocks_frame_turns_and_shifts_its_chunk_with_the_scene(framed):
+    g = np.array([0.03, -0.02, 0.7])
+    obs = synthetic_demos(framed.task, n=1, seed=5)[0].obs[3]
+    turned = DistilledPolicy(PushT(goal=moved(g, np.r_[0, 0, framed.task.goal, np.zeros(5)])[2:5]), framed.net,
+                             framed.stats, framed.config, framed.horizon)
+    chunk = framed.propose(obs, None)
+    assert np.abs(chunk - obs[0:2]).max() > 1e-3  # it learned something other than holding still
+    c, s = np.cos(g[2]), np.sin(g[2])
+    np.testing.assert_allclose(turned.propose(moved(g, obs), None), chunk @ np.array([[c, -s], [s, c]]).T + g[:2],
+                               atol=1e-5)
+
+
+def test_a_policy_in_its_frame_reloads_in_it(framed, tmp_path):
+    loaded = DistilledPolicy.load(framed.save(tmp_path / "p.pt"), framed.task)
+    obs = synthetic_demos(framed.task, n=1, seed=4)[0].obs[0]
+    assert loaded.config.frame
+    np.testing.assert_array_equal(loaded.propose(obs, None), framed.propose(obs, None))
+
+
+def test_a_residual_policy_learns_the_chunk_less_the_scripted_one(task):
+    d = synthetic_demos(task, n=1, T=4, H=3)[0]
+    _, y, _ = training_arrays(task, [d], replace(CFG, residual=True), 3)
+    script = task.default_proposer()
+    script.reset(None)
+    base = np.stack([script.propose(o, task.state_from_obs(o))[:3] for o in d.obs])  # replayed in order
+    np.testing.assert_allclose(y.reshape(4, 3, 2), d.plans - base)
+
+
+def test_a_residual_policy_asks_its_script_once_per_observation(torch, task):
+    policy, _ = DistilledPolicy.fit(task, synthetic_demos(task, n=2), replace(CFG, residual=True, steps=20))
+    asked = []
+    propose = policy._base.propose
+    policy._base.propose = lambda obs, state: asked.append(1) or propose(obs, state)
+    obs = synthetic_demos(task, n=1, seed=3)[0].obs
+    policy.reset(0)
+    policy.propose(obs[0], None)
+    policy.sample(obs[0], None, 4, np.random.default_rng(0))
+    policy.propose(obs[0], None)
+    policy.propose(obs[1], None)
+    assert len(asked) == 2
+
+
+def test_a_residual_policy_needs_a_task_with_a_script(torch, task, monkeypatch):
+    monkeypatch.setattr(task, "default_proposer", lambda: None)
+    with pytest.raises(TwinloopError, match="residual=True needs a task with a scripted proposer"):
+        DistilledPolicy.fit(task, synthetic_demos(task, n=1), replace(CFG, residual=True))
+
+
+def test_a_neighbours_policy_proposes_the_mean_label_of_the_nearest_samples(torch, task):
+    demos = synthetic_demos(task)
+    one, log = DistilledPolicy.fit(task, demos, replace(CFG, learner="neighbours", neighbours=1))
+    assert one.n_params == 0 and log.samples == 100 and not log.losses
+    one.reset(0)
+    np.testing.assert_allclose(one.propose(demos[1].obs[7], None), demos[1].plans[7], atol=1e-12)  # its own label
+    two, _ = DistilledPolicy.fit(task, demos, replace(CFG, learner="neighbours", neighbours=2))
+    two.reset(0)
+    got = two.propose(demos[1].obs[7], None)
+    assert not np.allclose(got, demos[1].plans[7])  # another sample's label in the mean
+
+
+def test_a_neighbours_policy_reloads_with_identical_outputs(torch, task, tmp_path):
+    demos = synthetic_demos(task)
+    policy, _ = DistilledPolicy.fit(task, demos, replace(CFG, learner="neighbours", residual=True))
+    loaded = DistilledPolicy.load(policy.save(tmp_path / "nn.pt"), task)
+    policy.reset(0), loaded.reset(0)
+    for o in synthetic_demos(task, n=1, seed=4)[0].obs[:3]:
+        np.testing.assert_array_equal(loaded.propose(o, None), policy.propose(o, None))
+    with pytest.raises(TwinloopError, match="no flow-matching loss"):
+        loaded.loss(demos)
+
+
+def test_a_task_without_a_policy_frame_is_seen_in_the_world_frame(task):
+    hist = synthetic_demos(task, n=1)[0].obs[:6].reshape(3, 2, -1)
+    np.testing.assert_array_equal(context(task, hist, frame=True), context(task, hist))
+
+
 def test_loading_a_policy_for_another_task_fails_clearly(trained, tmp_path):
     policy, _ = trained
     path = policy.save(tmp_path / "p.pt")
@@ -280,6 +365,12 @@ def test_bad_policy_config_names_the_field():
         PolicyConfig(epochs=0)
     with pytest.raises(TwinloopError, match="average"):
         PolicyConfig(average=4)  # at temperature 0 every flow is the same chunk
+    with pytest.raises(TwinloopError, match="learner"):
+        PolicyConfig(learner="forest")
+    with pytest.raises(TwinloopError, match="labels"):
+        PolicyConfig(labels="future")
+    with pytest.raises(TwinloopError, match="smooth"):
+        PolicyConfig(smooth=3)  # a plan is not smoothed
 
 
 def test_repeated_samples_are_dropped_once(task):
@@ -293,6 +384,23 @@ def test_plans_are_the_labels_when_given(task):
     _, y, _ = training_arrays(task, [d], CFG, 3)
     anchor = d.obs[:, 0:2]  # block-push's hold action: the pusher's position
     np.testing.assert_allclose(y.reshape(4, 3, 2), d.plans - anchor[:, None, :])
+
+
+def test_decision_labels_are_the_next_ticks_first_plan_actions(task):
+    d = synthetic_demos(task, n=1, T=5, H=3)[0]
+    d.plans = d.plans + np.arange(5)[:, None, None] * 0.01  # every plan differs from the others
+    _, y, _ = training_arrays(task, [d], replace(CFG, labels="decisions"), 3)
+    decided = d.plans[:, 0]
+    expected = np.stack([decided[np.minimum(t + np.arange(3), 4)] for t in range(5)])  # the last one held
+    np.testing.assert_allclose(y.reshape(5, 3, 2), expected - d.obs[:, None, 0:2])
+
+
+def test_smoothed_decisions_average_the_neighbouring_ticks(task):
+    d = synthetic_demos(task, n=1, T=5, H=3)[0]
+    _, y, _ = training_arrays(task, [d], replace(CFG, labels="decisions", smooth=3), 3)
+    first = y.reshape(5, 3, 2)[:, 0] + d.obs[:, 0:2]
+    np.testing.assert_allclose(first[2], d.plans[1:4, 0].mean(axis=0))
+    np.testing.assert_allclose(first[0], (2 * d.plans[0, 0] + d.plans[1, 0]) / 3)  # the first held before the start
 
 
 def test_chunk_targets_hold_the_last_action_past_the_end():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from twinloop.calib import GapMonitor, MonitorConfig, record_trajectory
+from twinloop.calib.windows import StateError
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
@@ -107,3 +108,32 @@ def test_a_fallback_monitor_without_a_proposer_is_refused(task, twin, monitor):
     m = GapMonitor(task, twin, monitor.error, monitor.threshold, MonitorConfig(action="fallback"))
     with pytest.raises(TwinloopError, match="fallback"):
         Controller(refiner, None, monitor=m)
+
+
+def test_adapt_refits_the_arms_gain_toward_a_softer_worlds_and_leaves_the_rest():
+    from twinloop.worlds import ShiftedWorld
+
+    task = make_task("push-upright")
+    space = task.param_space()
+    world = ShiftedWorld(task, severity=2, seed=3)  # the arm 34% softer than the twin's
+    k = space.names.index("arm_stiffness")
+    assert world.hidden_params[k] < 0.7 * space.nominal[k]
+    twin = make_twin("mujoco", task.model, space)
+    cfg = MonitorConfig(action="adapt", adapt_at=10, refit_ticks=1)
+    moving = record_trajectory(world, lambda o, _k: task.action_at([0.0, 0.0, 0.05]), 0, 5)  # what the error compares
+    m = GapMonitor(task, twin, StateError.for_task(task, [moving]), 1e9, cfg)  # never alarms
+    ctl = Controller(Refiner(task, twin, make_optimizer("predictive"), RefinerConfig(num_samples=4, horizon=0.3)),
+                     task.default_proposer(), refine=False, monitor=m)
+    obs = world.reset(3)
+    ctl.reset(3)
+    for _ in range(cfg.adapt_at + cfg.refit_ticks + 1):
+        obs, _ = world.step(ctl.act(obs))
+    assert not m.alarms and len(m.refits) == 1  # no alarm: the refit came at tick adapt_at
+    fitted = m.refits[0][1]
+    assert abs(fitted[k] - world.hidden_params[k]) < 0.5 * abs(space.nominal[k] - world.hidden_params[k])
+    others = np.arange(len(space)) != k
+    np.testing.assert_array_equal(fitted[others], space.nominal[others])  # not seen before contact: kept
+    np.testing.assert_array_equal(ctl.refiner.params, fitted[None])
+    ctl.reset(0)
+    assert ctl.refiner.params is None  # the next episode starts from the twin's own values
+    m.close()

@@ -3,6 +3,7 @@
 import mujoco
 import numpy as np
 import pytest
+from pusht_moves import moved
 from shapely.geometry import MultiPolygon, Polygon
 from shapely.ops import unary_union
 
@@ -280,3 +281,33 @@ def test_cost_weights_can_be_overridden_by_name():
     assert float(heavier["final_position"]) == pytest.approx(float(base["final_position"]))
     with pytest.raises(TwinloopError, match="unknown push-t cost term"):
         PushT(weights={"speed": 1.0})
+
+
+def test_the_policy_frame_is_the_blocks_own(task):
+    obs = np.array([0.05, -0.02, 0.03, 0.01, 0.6, 0.1, 0.0, 0.02, -0.01, 0.3])
+    frame = task.policy_frame(obs)
+    np.testing.assert_allclose(frame, [0.03, 0.01, 0.6])
+    seen = task.obs_in_frame(frame, obs)
+    np.testing.assert_allclose(seen[2:5], 0.0, atol=1e-12)  # the block sits at the frame's origin
+    # distances and speeds do not change with the frame; the yaw rate neither
+    assert np.linalg.norm(seen[0:2]) == pytest.approx(np.hypot(0.02, -0.03))
+    assert np.linalg.norm(seen[5:7]) == pytest.approx(0.1) and seen[9] == pytest.approx(0.3)
+
+
+def test_a_moved_scene_looks_the_same_from_the_blocks_frame(task):
+    obs = np.array([0.05, -0.02, 0.03, 0.01, 0.6, 0.1, 0.0, 0.02, -0.01, 0.3])
+    g = np.array([0.04, -0.03, 1.1])
+    goal = moved(g, np.r_[0, 0, task.goal, 0, 0, 0, 0, 0])[2:5]
+    other = PushT(goal=goal)
+    np.testing.assert_allclose(other.obs_in_frame(other.policy_frame(moved(g, obs)), moved(g, obs)),
+                               task.obs_in_frame(task.policy_frame(obs), obs), atol=1e-12)
+    np.testing.assert_allclose(other.goal_in_frame(other.policy_frame(moved(g, obs))),
+                               task.goal_in_frame(task.policy_frame(obs)), atol=1e-12)
+
+
+def test_actions_go_into_the_frame_and_back(task):
+    frames = np.array([[0.03, 0.01, 0.6], [-0.1, 0.2, -2.5]])
+    actions = np.random.default_rng(0).uniform(-0.2, 0.2, (2, 5, 2))
+    local = task.actions_in_frame(frames[:, None], actions)
+    np.testing.assert_allclose(task.actions_in_frame(frames[:, None], local, inverse=True), actions, atol=1e-12)
+    np.testing.assert_allclose(task.actions_in_frame(frames[0], frames[0, :2]), 0.0, atol=1e-12)

@@ -495,9 +495,12 @@ class Controller:
         self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
         self.task = refiner.task
         self.monitor = monitor
-        if monitor is not None and monitor.config.action in ("widen", "refit") and not len(refiner.twin.param_space):
+        if monitor is not None and monitor.config.action in ("widen", "refit", "adapt") and not len(refiner.twin.param_space):
             raise TwinloopError(f"monitor action {monitor.config.action!r} changes parameter particles, but the "
                                 "refiner's twin has no parameter space")
+        if monitor is not None and monitor.config.action == "adapt" and not refiner.twin.param_space.on("actuator"):
+            raise TwinloopError("monitor action 'adapt' refits the actuators' parameters, but the refiner's twin "
+                                f"has none among {refiner.twin.param_space.names}")
         if monitor is not None and monitor.config.action == "fallback" and proposer is None:
             raise TwinloopError("monitor action 'fallback' needs a proposer to fall back to")
         self._warm: Plan | None = None
@@ -515,7 +518,7 @@ class Controller:
         self.last = None
         self.n_fallbacks = 0
         if self.monitor is not None:
-            if self.monitor.alarms:  # the particles the monitor changed belong to that episode
+            if self.monitor.alarms or self.monitor.refits:  # the particles it changed belong to that episode
                 self.refiner.set_params(self._episode_params)
             self.monitor.reset()
         self._episode_params = self.refiner.params
@@ -556,13 +559,16 @@ class Controller:
         if fresh is not None:
             self.refiner.set_params(fresh)
         alarm = m.observe(state, self.refiner.params)
-        if alarm is None:
-            return ""
         params = self.refiner.params
+        x0 = None if params is None else np.atleast_2d(params).mean(axis=0)
+        if alarm is None:
+            if m.adapt_due():
+                m.start_refit(space, x0, space.on("actuator"), m.config.adapt)
+            return ""
         if alarm.action == "widen":
             self.refiner.set_params(m.widened(params, space))
-        elif alarm.action == "refit":
-            m.start_refit(space, None if params is None else np.atleast_2d(params).mean(axis=0))
+        elif alarm.action in ("refit", "adapt"):
+            m.start_refit(space, x0)
         elif alarm.action == "fallback":
             self._gave_up = alarm.reason
         return alarm.reason

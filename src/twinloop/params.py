@@ -204,6 +204,13 @@ class ParamSpace:
             raise TwinloopError(f"unknown parameter(s) {missing}; this space has {self.names}")
         return ParamSpace(tuple(by[n] for n in names))
 
+    def on(self, kind: str) -> list[str]:
+        """Names of the parameters whose every target is an object of ``kind`` (``actuator``,
+        ``geom``, ``body`` ...: the ``KIND`` of ``KIND:NAME/FIELD``)."""
+        if kind not in OBJECTS:
+            raise TwinloopError(f"kind must be one of {', '.join(OBJECTS)}, got {kind!r}")
+        return [p.name for p in self.params if all(_ADDRESS.match(t).group(1) == kind for t in p.targets)]
+
     def __add__(self, other: ParamSpace) -> ParamSpace:
         return ParamSpace(self.params + tuple(other.params))
 

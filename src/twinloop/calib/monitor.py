@@ -19,7 +19,13 @@ an :class:`Alarm` that says why, and the controller acts as configured:
   new particles replace the old ``refit_ticks`` ticks after the alarm (a fixed tick, so the
   same seed gives the same episode);
 - ``fallback``: stop refining and send the base proposer's actions;
-- ``flag``: only record the alarm.
+- ``flag``: only record the alarm;
+- ``adapt``: as ``refit``, and also, at tick ``adapt_at`` whatever the score, refit the
+  parameters of the robot's own actuators alone (those whose targets are all ``actuator:``
+  addresses: servo gains) on the ticks so far. A robot's tracking of its own commands shows
+  its actuators' gains before it touches anything, when the objects' parameters are not
+  seen yet (a fit of those would only follow the noise); waiting for an alarm can be too
+  late (a softer arm tracks its commands with a lag that stays under the threshold).
 
 After an alarm the running score restarts (the twin has changed, or was told to doubt).
 """
@@ -36,9 +42,11 @@ import numpy as np
 from twinloop.calib.fit import CalibConfig, calibrate
 from twinloop.calib.windows import StateError, Trajectory, as_trajectories
 from twinloop.errors import TwinloopError, choose, number
+from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
+from twinloop.twin import make_twin
 
-ACTIONS = ("flag", "widen", "refit", "fallback")
+ACTIONS = ("flag", "widen", "refit", "fallback", "adapt")
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,11 @@ class MonitorConfig:
         refit: the refit's :class:`CalibConfig` (default: CMA-ES, 120 evaluations, no errors
             in variables, one particle (the estimate): small and quick, and planning costs
             what it did).
+        adapt_at: ``adapt``: the tick whose buffered ticks the actuator refit starts from (it
+            takes over ``refit_ticks`` later).
+        adapt: ``adapt``: the actuator refit's :class:`CalibConfig` (default: least squares
+            (CMA-ES needs two parameters or more), 60 evaluations, windows starting anywhere:
+            before contact nothing unobserved needs to settle).
         pos_scale, angle_scale, vel_scale: error units, as in calibration.
         seed: seed of the prior draws.
     """
@@ -71,6 +84,9 @@ class MonitorConfig:
     buffer: int = 30
     refit_ticks: int = 5
     refit: CalibConfig = CalibConfig(method="cma", max_evals=120, errors_in_variables=False, particles=1)
+    adapt_at: int = 10
+    adapt: CalibConfig = CalibConfig(method="least_squares", max_evals=60, errors_in_variables=False, particles=1,
+                                     start_clearance=None)
     pos_scale: float = 1e-3
     angle_scale: float = 5e-2
     vel_scale: float = 2e-2
@@ -78,13 +94,15 @@ class MonitorConfig:
 
     def __post_init__(self):
         choose("monitor action", self.action, ACTIONS)
-        for k, low in (("window", 1), ("particles", 1), ("buffer", 2), ("refit_ticks", 0), ("seed", 0)):
+        for k, low in (("window", 1), ("particles", 1), ("buffer", 2), ("refit_ticks", 0), ("seed", 0),
+                       ("adapt_at", 2)):
             object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
         object.__setattr__(self, "quantile", number(self.quantile, "quantile", low=0, high=1, low_open=True))
         for k in ("margin", "widen", "pos_scale", "angle_scale", "vel_scale"):
             object.__setattr__(self, k, number(getattr(self, k), k, low=0, low_open=True))
-        if not isinstance(self.refit, CalibConfig):
-            raise TwinloopError(f"refit must be a CalibConfig, got {type(self.refit).__name__}")
+        for k in ("refit", "adapt"):
+            if not isinstance(getattr(self, k), CalibConfig):
+                raise TwinloopError(f"{k} must be a CalibConfig, got {type(getattr(self, k)).__name__}")
 
 
 @dataclass(frozen=True)
@@ -99,7 +117,8 @@ class Alarm:
     @property
     def reason(self) -> str:
         done = {"flag": "recorded only", "widen": "widened the parameter particles",
-                "refit": "refitting the parameters from recent ticks", "fallback": "fell back to the base proposer"}
+                "refit": "refitting the parameters from recent ticks", "fallback": "fell back to the base proposer",
+                "adapt": "refitting the parameters from recent ticks"}
         return (f"gap score {self.score:.3g} > threshold {self.threshold:.3g} at tick {self.tick} "
                 f"(the world no longer behaves like the twin): {done[self.action]}")
 
@@ -139,14 +158,15 @@ class GapMonitor:
         return cls(task, twin, error, cfg.margin * float(np.quantile(np.concatenate(scores), cfg.quantile)), cfg)
 
     def reset(self) -> None:
-        """Forget the last episode (scores, buffer, a pending refit, the alarms)."""
+        """Forget the last episode (scores, buffer, a pending refit, the alarms and refits)."""
         self._scores: deque[float] = deque(maxlen=self.config.window)
         self._states: deque[np.ndarray] = deque(maxlen=self.config.buffer + 1)
         self._actions: deque[np.ndarray] = deque(maxlen=self.config.buffer)
         self._last: tuple[np.ndarray, np.ndarray] | None = None
-        self._refit: tuple[int, Future] | None = None
+        self._refit: tuple[int, Future, np.ndarray, list[int] | None] | None = None
         self.tick = 0
         self.alarms: list[Alarm] = []
+        self.refits: list[tuple[int, np.ndarray]] = []  # (tick it took over, the estimate)
         self.score = float("nan")
 
     def tick_errors(self, before: np.ndarray, actions: np.ndarray, after: np.ndarray, params=None) -> np.ndarray:
@@ -195,8 +215,10 @@ class GapMonitor:
         mean = p.mean(axis=0)
         return np.clip(mean + cfg.widen * (p - mean), space.low, space.high)
 
-    def start_refit(self, space, x0: np.ndarray | None = None) -> None:
-        """Calibrate ``space`` on the buffered ticks in a background thread."""
+    def start_refit(self, space: ParamSpace, x0: np.ndarray | None = None, names: Sequence[str] | None = None,
+                    config: CalibConfig | None = None) -> None:
+        """Calibrate ``space`` (or only its parameters ``names``, the others held at ``x0``) on
+        the buffered ticks in a background thread, with ``config`` (default: ``refit``)."""
         states, actions = np.array(self._states), np.array(self._actions)
         n = min(len(actions), len(states) - 1)
         if n < 2:
@@ -204,21 +226,42 @@ class GapMonitor:
         traj = Trajectory(states[-n - 1 :], actions[-n:], index=self.tick)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="twinloop-refit")
-        fut = self._pool.submit(calibrate, self.task, [traj], space, config=self.config.refit, x0=x0)
-        self._refit = (self.tick + self.config.refit_ticks, fut)
+        x0 = space.nominal if x0 is None else np.asarray(x0, float)
+        cfg = config or self.config.refit
+        if names is None:
+            fut = self._pool.submit(calibrate, self.task, [traj], space, config=cfg, x0=x0)
+            self._refit = (self.tick + self.config.refit_ticks, fut, x0, None)
+            return
+        idx = [space.names.index(k) for k in names]
+        sub = space.subset(names)
+        # the twin holds the other parameters where they are now
+        twin = make_twin("mujoco", space.apply(self.task.model, x0), sub)
+        fut = self._pool.submit(calibrate, self.task, [traj], sub, config=cfg, x0=x0[idx], twin=twin)
+        self._refit = (self.tick + self.config.refit_ticks, fut, x0, idx)
+
+    def adapt_due(self) -> bool:
+        """``adapt``: whether the actuator refit starts now (tick ``adapt_at``)."""
+        return self.config.action == "adapt" and self.tick == self.config.adapt_at
 
     def refit_ready(self) -> np.ndarray | None:
         """The refit's particles once its tick has come (waiting for it then), else ``None``.
         A failed refit is recorded as a flag-only alarm and changes nothing."""
         if self._refit is None or self.tick < self._refit[0]:
             return None
-        _, fut = self._refit
+        _, fut, x0, idx = self._refit
         self._refit = None
         try:
-            return fut.result().particles
+            fitted = fut.result().particles
         except Exception:  # a refit must never stop the robot; keep the twin as it is
             self.alarms.append(Alarm(self.tick, self.score, self.threshold, "flag"))
             return None
+        if idx is None:
+            particles = fitted
+        else:  # a refit of some parameters: the others as they were
+            particles = np.repeat(x0[None], len(fitted), axis=0)
+            particles[:, idx] = fitted
+        self.refits.append((self.tick, particles[0].copy()))
+        return particles
 
     def close(self) -> None:
         if self._pool is not None:

@@ -20,6 +20,7 @@ from twinloop.cli.common import (
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.plan import OPTIMIZERS
+from twinloop.policies.distilled import LABELS, LEARNERS
 from twinloop.run.distill import BASELINES, TEACHERS, DistillConfig, run_distill
 from twinloop.tasks import TASKS
 from twinloop.worlds import WORLDS
@@ -88,6 +89,12 @@ def distill(
     patience: int = typer.Option(d.policy.patience or 0, help="Held-out evaluations without improvement before training stops (0: never)."),
     execute: int = typer.Option(d.policy.execute, help="Ticks a predicted chunk runs before the policy infers the next."),
     ensemble: float = typer.Option(-1.0 if d.policy.ensemble is None else d.policy.ensemble, help="Temporal ensembling decay per tick (-1: off)."),
+    frame: bool = typer.Option(d.policy.frame, help="The policy sees observations, goal and chunks in the task's policy frame (push-t: the block's own)."),
+    residual: bool = typer.Option(d.policy.residual, help="The policy predicts a correction of the task's scripted proposer's chunk."),
+    labels: str = typer.Option(d.policy.labels, help=one_of(LABELS, "A chunk label:")),
+    learner: str = typer.Option(d.policy.learner, help=one_of(LEARNERS, "What maps a context to a chunk:")),
+    neighbours: int = typer.Option(d.policy.neighbours, help="Samples a 'neighbours' policy averages."),
+    smooth: int = typer.Option(d.policy.smooth, help="Moving average over ticks of 'decisions' labels (1: none)."),
     width: int = typer.Option(d.policy.width, help="Width of the policy's residual blocks."),
     depth: int = typer.Option(d.policy.depth, help="Residual blocks of the policy."),
     chunk: int = typer.Option(0, help="Action chunk length in ticks (0: the planning horizon)."),
@@ -111,7 +118,9 @@ def distill(
                         policy=replace(d.policy, steps=steps, width=width, depth=depth, chunk=chunk or None,
                                        epochs=epochs or None, val_fraction=val_fraction, patience=patience or None,
                                        execute=execute, ensemble=None if ensemble < 0 else ensemble,
-                                       temperature=temperature, average=average),
+                                       temperature=temperature, average=average, frame=frame,
+                                       residual=residual, labels=labels, smooth=smooth,
+                                       learner=learner, neighbours=neighbours),
                         max_ticks=max_ticks or None, seed=seed, out=out)
     console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")

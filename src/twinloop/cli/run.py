@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from twinloop.calib.monitor import ACTIONS as MONITOR_ACTIONS
 from twinloop.cli.common import (
     NOISE_HELP,
     OUT_HELP,
@@ -95,6 +96,13 @@ def run(
     latency_comp: bool = typer.Option(a.latency_comp, help="Real time: plan from the state predicted for when the plan applies."),
     budget: float = typer.Option(0.0, help="Real time: wall seconds each planning cycle takes at least (0: as fast as it goes)."),
     actuation_delay: float = typer.Option(r.refiner.actuation_delay, help="The world's known actuation delay (s): every candidate is rehearsed behind the actions still in the delay line, as the world will execute it (0: none modelled)."),
+    monitor: str = typer.Option(None, help=one_of(MONITOR_ACTIONS, "A live gap monitor on the refined controller; "
+                                "what its alarm does:") + " (default: none). Its threshold comes from "
+                                "--monitor-episodes refined episodes the run records first in the nominal twin "
+                                "(with the world's noise and delay); alarms and refits are listed per episode in "
+                                "summary.json."),
+    monitor_episodes: int = typer.Option(r.monitor_episodes, help="Nominal episodes the monitor's threshold is "
+                                         "calibrated on."),
     token: str = typer.Option("", envvar="TWINLOOP_TOKEN", help="Shared token of a remote:ADDRESS world."),
     out: str = typer.Option(r.out, help=OUT_HELP),
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
@@ -117,7 +125,7 @@ def run(
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),
                    llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None,
-                   particles=particles),
+                   particles=particles, monitor=monitor, monitor_episodes=monitor_episodes),
          overwrite, executor, address)
 
 

@@ -9,6 +9,9 @@ stay two modes instead of being averaged into a push through its middle::
 
     c      = [features(obs_{t-n+1}), ..., features(obs_t), goal]     normalized context
     y      = (chunk_t - hold_action(state_t) - mu_y) / sigma_y        (H*nu,) normalized target
+
+(with ``PolicyConfig.frame`` the observations, goal, chunk and hold action are first expressed
+in the task's policy frame of ``obs_t``, e.g. the pushed block's own frame)
     x_s    = (1 - s) x0 + s y,   x0 ~ N(0, I),   s ~ U(0, 1)           the straight path
     loss   = | v(x_s, s, c) - (y - x0) |^2                            flow matching (rectified flow)
 
@@ -40,14 +43,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from scipy.spatial import cKDTree
 
-from twinloop.errors import TwinloopError, as_array, number
+from twinloop.errors import TwinloopError, as_array, choose, number
 from twinloop.io import load_checkpoint, save_checkpoint
 from twinloop.tasks.base import Task
 
 #: 1: the MLP regression policy of twinloop <= 0.1 (no longer read); 2: flow matching
 FORMAT_VERSION = 2
 KIND = "twinloop.flow_chunk_policy"
+#: what maps a context to a chunk (PolicyConfig.learner)
+LEARNERS = ("flow", "neighbours")
+#: what a chunk label is (PolicyConfig.labels)
+LABELS = ("plan", "decisions")
 LEARN_HINT = "pip install 'twinloop[learn]'"
 
 
@@ -94,6 +102,35 @@ class PolicyConfig:
             does not. 1: one chunk. More than 1 needs ``temperature > 0``.
         relative: predict the chunk relative to ``task.hold_action(state)`` (the pusher's own
             position for push tasks), which makes the targets small and translation-invariant.
+        residual: predict the chunk relative to the chunk of the task's scripted proposer
+            (:meth:`~twinloop.tasks.base.Task.default_proposer`, which the policy runs
+            alongside, asked once per tick): a residual policy that learns the teacher's
+            correction of the script, so that where it has learned nothing it falls back to
+            the script instead of to holding still. Needs a task with a scripted proposer;
+            ``relative`` is then moot.
+        frame: see the observation history, the goal and the chunk in the task's
+            :meth:`~twinloop.tasks.base.Task.policy_frame` of the newest observation (push-t:
+            the block's own frame), so that one push learned at one pose of the object holds
+            at every other. False: the world frame.
+        learner: ``flow`` (the flow-matching network) | ``neighbours`` (no network: a memory
+            of every training sample, proposing the mean target of the ``neighbours`` nearest
+            in standardized context; instant to fit, deterministic, its ``sample`` returns
+            copies of that mean; the held-out and training-step knobs do not act). With
+            ``residual`` on push-t the memory succeeds alone where the network does not: the
+            network's fit averages the teacher's corrections over many episodes, the memory
+            follows the few nearest ones.
+        neighbours: samples a ``neighbours`` policy averages.
+        labels: what a chunk label is, for demos with ``plans``: ``plan`` (the refined plan of
+            the tick, cut or held to ``chunk`` ticks) | ``decisions`` (the first action of each
+            tick's plan, the teacher's decision there, for this tick and the ``chunk - 1`` after
+            it: what the teacher did next, not what it planned). Demos without plans: the
+            actions taken next, either way.
+        smooth: with ``decisions`` labels (or demos without plans), a centred moving average
+            over this many ticks of the decision sequence before it is cut into chunks (1:
+            none). A sampling teacher's decision is its plan's mean plus sampling noise as
+            large as the decision itself (push-t, MPPI at K=32); the pusher's PD stage averages
+            that noise away in the world, and a label averaged over neighbouring ticks does
+            the same for the learner.
         execute: ticks a predicted chunk runs before :meth:`DistilledPolicy.propose` infers
             the next one (1: a new chunk every tick, receding horizon; up to ``chunk``: action
             chunking, fewer decisions to compound errors over). Between inferences it
@@ -126,6 +163,12 @@ class PolicyConfig:
     temperature: float = 0.0
     average: int = 1
     relative: bool = True
+    frame: bool = False
+    residual: bool = False
+    learner: str = "flow"
+    neighbours: int = 4
+    labels: str = "plan"
+    smooth: int = 1
     execute: int = 1
     ensemble: float | None = None
     threads: int = 1
@@ -134,8 +177,10 @@ class PolicyConfig:
     def __post_init__(self):
         if self.chunk is not None:
             object.__setattr__(self, "chunk", number(self.chunk, "chunk (ticks)", low=1, integer=True))
+        choose("labels", self.labels, LABELS)
+        choose("learner", self.learner, LEARNERS)
         for name in ("n_obs_steps", "width", "depth", "steps", "batch_size", "flow_steps", "execute", "threads",
-                     "val_every", "average"):
+                     "val_every", "average", "smooth", "neighbours"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
         object.__setattr__(self, "seed", number(self.seed, "seed", low=0, integer=True))
         object.__setattr__(self, "lr", number(self.lr, "lr", low=0, low_open=True))
@@ -149,6 +194,8 @@ class PolicyConfig:
         object.__setattr__(self, "val_fraction", number(self.val_fraction, "val_fraction", low=0, high=1, high_open=True))
         if self.ensemble is not None:
             object.__setattr__(self, "ensemble", number(self.ensemble, "ensemble (1/tick)", low=0))
+        if self.smooth > 1 and self.labels == "plan":
+            raise TwinloopError(f"smooth ({self.smooth} ticks) > 1 needs labels='decisions': a plan is not smoothed")
         if self.average > 1 and self.temperature == 0:
             raise TwinloopError(f"average ({self.average} chunks) > 1 needs temperature > 0: flows from zero noise "
                                 "are all the same chunk")
@@ -204,13 +251,20 @@ def features(task: Task, obs: np.ndarray) -> np.ndarray:
     return np.concatenate([obs, np.sin(ang), np.cos(ang)], axis=-1)
 
 
-def context(task: Task, history: np.ndarray) -> np.ndarray:
+def context(task: Task, history: np.ndarray, frame: bool = False) -> np.ndarray:
     """``(..., n, n_obs)`` observation histories (oldest first) -> ``(..., n*F + G)`` policy
-    context: each frame's features, then the goal."""
+    context: each frame's features, then the goal; with ``frame`` all of them seen from
+    ``task.policy_frame`` of the newest observation (:meth:`~twinloop.tasks.base.Task.obs_in_frame`,
+    :meth:`~twinloop.tasks.base.Task.goal_in_frame`)."""
+    history = np.asarray(history, dtype=float)
+    if frame:
+        pose = task.policy_frame(history[..., -1, :])
+        history, g = task.obs_in_frame(pose[..., None, :], history), task.goal_in_frame(pose)
+    else:
+        g = np.broadcast_to(task.goal_features(), (*history.shape[:-2], len(task.goal_features())))
     f = features(task, history)
     f = f.reshape(*f.shape[:-2], -1)
-    g = task.goal_features()
-    return np.concatenate([f, np.broadcast_to(g, (*f.shape[:-1], len(g)))], axis=-1)
+    return np.concatenate([f, g], axis=-1)
 
 
 def histories(obs: np.ndarray, n: int) -> np.ndarray:
@@ -229,6 +283,16 @@ def chunk_targets(actions: np.ndarray, horizon: int) -> np.ndarray:
     return pad[idx]
 
 
+def smoothed(actions: np.ndarray, window: int) -> np.ndarray:
+    """``(T, nu)`` -> ``(T, nu)``: the centred moving average over ``window`` ticks (the
+    first and last actions held beyond the ends); ``window`` 1 returns them unchanged."""
+    a = np.asarray(actions, dtype=float)
+    before, after = (window - 1) // 2, window // 2
+    pad = np.concatenate([np.repeat(a[:1], before, axis=0), a, np.repeat(a[-1:], after, axis=0)])
+    c = np.concatenate([np.zeros((1, a.shape[1])), np.cumsum(pad, axis=0)])
+    return (c[window:] - c[:-window]) / window
+
+
 def fit_chunks(plans: np.ndarray, horizon: int) -> np.ndarray:
     """``(T, H', nu)`` plans -> ``(T, H, nu)``: cut to H ticks, or the last action held."""
     p = np.asarray(plans, dtype=float)
@@ -237,13 +301,51 @@ def fit_chunks(plans: np.ndarray, horizon: int) -> np.ndarray:
     return np.concatenate([p, np.repeat(p[:, -1:], horizon - p.shape[1], axis=1)], axis=1)
 
 
-def _anchor(task: Task, obs: np.ndarray, relative: bool) -> np.ndarray:
-    """``(T, nu)`` what chunks are predicted relative to: ``task.hold_action`` of each state
-    (zeros when not relative)."""
+def base_proposer(task: Task, cfg: PolicyConfig):
+    """The proposer a residual policy (:attr:`PolicyConfig.residual`) adds to: a fresh
+    ``task.default_proposer()``; None for a policy that is not residual."""
+    if not cfg.residual:
+        return None
+    base = task.default_proposer()
+    if base is None:
+        raise TwinloopError(f"residual=True needs a task with a scripted proposer; task {task.name!r} has none")
+    return base
+
+
+def anchors(task: Task, obs: np.ndarray, cfg: PolicyConfig, horizon: int, base=None) -> np.ndarray:
+    """``(T, H, nu)`` what the chunks at observations ``(T, n_obs)`` are predicted relative to:
+    the chunk of ``base`` (:func:`base_proposer`, asked once per observation in order: an
+    episode replayed) for a residual policy, else ``task.hold_action`` of each state held over
+    the chunk (:attr:`PolicyConfig.relative`), else zeros."""
     obs = np.atleast_2d(obs)
-    if not relative:
-        return np.zeros((len(obs), task.nu))
-    return np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
+    if base is not None:
+        return np.stack([fit_chunks(np.asarray(base.propose(o, task.state_from_obs(o)), dtype=float)[None], horizon)[0]
+                         for o in obs])
+    if not cfg.relative:
+        return np.zeros((len(obs), horizon, task.nu))
+    hold = np.stack([np.asarray(task.hold_action(task.state_from_obs(o)), dtype=float) for o in obs])
+    return np.repeat(hold[:, None], horizon, axis=1)
+
+
+def policy_targets(task: Task, obs: np.ndarray, chunks: np.ndarray, anchor: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+    """World chunks ``(T, H, nu)`` taken at observations ``(T, n_obs)`` -> what the policy
+    predicts: the chunk less its ``anchor`` (:func:`anchors`), in the policy frame
+    (:attr:`PolicyConfig.frame`). The inverse is :func:`world_chunks`."""
+    obs = np.atleast_2d(obs)
+    if not cfg.frame:
+        return np.asarray(chunks, dtype=float) - anchor
+    pose = task.policy_frame(obs)[:, None]
+    return task.actions_in_frame(pose, chunks) - task.actions_in_frame(pose, anchor)
+
+
+def world_chunks(task: Task, obs: np.ndarray, targets: np.ndarray, anchor: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+    """The inverse of :func:`policy_targets`: ``(T, H, nu)`` predictions at ``(T, n_obs)``
+    observations -> world chunks (not clipped)."""
+    obs = np.atleast_2d(obs)
+    if not cfg.frame:
+        return np.asarray(targets, dtype=float) + anchor
+    pose = task.policy_frame(obs)[:, None]
+    return task.actions_in_frame(pose, targets + task.actions_in_frame(pose, anchor), inverse=True)
 
 
 def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -258,9 +360,15 @@ def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int
         plans = getattr(d, "plans", None)
         if plans is not None:
             plans = as_array(plans, f"demo {i} plans", (len(obs), None, task.nu))
-        chunks = chunk_targets(act, horizon) if plans is None else fit_chunks(plans, horizon)
-        xs.append(context(task, histories(obs, cfg.n_obs_steps)))
-        ys.append((chunks - _anchor(task, obs, cfg.relative)[:, None, :]).reshape(len(obs), -1))
+        if plans is not None and cfg.labels == "plan":
+            chunks = fit_chunks(plans, horizon)
+        else:
+            chunks = chunk_targets(smoothed(act if plans is None else plans[:, 0], cfg.smooth), horizon)
+        xs.append(context(task, histories(obs, cfg.n_obs_steps), cfg.frame))
+        base = base_proposer(task, cfg)
+        if base is not None:
+            base.reset(None)
+        ys.append(policy_targets(task, obs, chunks, anchors(task, obs, cfg, horizon, base), cfg).reshape(len(obs), -1))
     if not xs:
         raise TwinloopError("no demonstrations to train on: need at least one episode")
     x, y = np.concatenate(xs), np.concatenate(ys)
@@ -360,7 +468,12 @@ class DistilledPolicy:
         self.task, self.net, self.config, self.horizon = task, net, config, int(horizon)
         self.stats = {k: np.asarray(v, dtype=float) for k, v in stats.items()}
         self.torch = require_torch()
-        self.net.eval()
+        self._memory = None
+        if net is None:
+            self._memory = cKDTree(self.stats["memory_x"])
+        else:
+            self.net.eval()
+        self._base = base_proposer(task, config)
         self.reset(None)
 
     @property
@@ -369,7 +482,8 @@ class DistilledPolicy:
 
     @property
     def n_params(self) -> int:
-        return int(sum(p.numel() for p in self.net.parameters()))
+        """Weights of the network (0 for ``learner="neighbours"``)."""
+        return 0 if self.net is None else int(sum(p.numel() for p in self.net.parameters()))
 
     # -- training ----------------------------------------------------------------------------
 
@@ -389,6 +503,12 @@ class DistilledPolicy:
         cfg = config or PolicyConfig()
         horizon = cfg.chunk or max(1, int(round(task.horizon / task.control_period)))
         t0 = time.perf_counter()
+        if cfg.learner == "neighbours":  # a memory of every sample: nothing to hold out
+            x, y, dup = training_arrays(task, demos, cfg, horizon)
+            stats = {"x_mean": x.mean(0), "x_std": _std(x), "y_mean": y.mean(0), "y_std": _std(y)}
+            stats.update(memory_x=(x - stats["x_mean"]) / stats["x_std"], memory_y=(y - stats["y_mean"]) / stats["y_std"])
+            log = TrainLog(samples=len(x), duplicates=dup, seconds=time.perf_counter() - t0)
+            return cls(task, None, stats, cfg, horizon), log
         train, held = split_episodes(demos, cfg.val_fraction, cfg.seed)
         x, y, dup = training_arrays(task, train, cfg, horizon)
         stats = {"x_mean": x.mean(0), "x_std": _std(x), "y_mean": y.mean(0), "y_std": _std(y)}
@@ -409,6 +529,8 @@ class DistilledPolicy:
         """Flow-matching loss on ``demos`` (the training objective), averaged over ``n_noise``
         seeded draws of noise and flow time per sample."""
         torch = self.torch
+        if self.net is None:
+            raise TwinloopError("a nearest-neighbour policy (learner='neighbours') has no flow-matching loss")
         x, y, _ = training_arrays(self.task, demos, self.config, self.horizon)
         xn = torch.as_tensor((x - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
         yn = torch.as_tensor((y - self.stats["y_mean"]) / self.stats["y_std"], dtype=torch.float32)
@@ -428,6 +550,16 @@ class DistilledPolicy:
         self._tick = -1
         self._chunks: list[tuple[int, np.ndarray]] = []  # (tick predicted, (H, nu) chunk), oldest first
         self._answer: np.ndarray | None = None
+        self._anchor: tuple[np.ndarray, np.ndarray] | None = None  # (observation, (H, nu) anchor)
+        if self._base is not None:
+            self._base.reset(seed)
+
+    def _base_chunk(self, o: np.ndarray) -> np.ndarray:
+        """``(1, H, nu)`` the anchor of observation ``o`` (:func:`anchors`); the base proposer
+        is asked once per observation."""
+        if self._anchor is None or not np.array_equal(self._anchor[0], o):
+            self._anchor = (o.copy(), anchors(self.task, o, self.config, self.horizon, self._base))
+        return self._anchor[1]
 
     def propose(self, obs, state=None) -> np.ndarray:
         """``(H, nu)`` action chunk for ``obs``, the episode's next observation (a new tick
@@ -487,15 +619,21 @@ class DistilledPolicy:
         return past[len(past) - keep:] if keep else []
 
     def _sample(self, o: np.ndarray, x0: np.ndarray) -> np.ndarray:
-        """Flow ``(B, D)`` noise to ``(B, H, nu)`` chunks for observation ``o``."""
+        """Flow ``(B, D)`` noise to ``(B, H, nu)`` chunks for observation ``o`` (a memory:
+        ``B`` copies of the mean target of the nearest samples, the noise unused)."""
         torch = self.torch
-        c = context(self.task, self._window(o))
-        cn = torch.as_tensor((c - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
-        x = torch.as_tensor(x0, dtype=torch.float32)
-        with torch.inference_mode(), _threads(torch, 1):
-            yn = _integrate(torch, self.net, x, cn.expand(len(x), -1), self.config.flow_steps).double().numpy()
+        c = context(self.task, self._window(o), self.config.frame)
+        cn = (c - self.stats["x_mean"]) / self.stats["x_std"]
+        if self._memory is not None:
+            _, idx = self._memory.query(cn, k=self.config.neighbours)
+            yn = np.repeat(self.stats["memory_y"][np.atleast_1d(idx)].mean(axis=0)[None], len(x0), axis=0)
+        else:
+            x = torch.as_tensor(x0, dtype=torch.float32)
+            with torch.inference_mode(), _threads(torch, 1):
+                yn = _integrate(torch, self.net, x, torch.as_tensor(cn, dtype=torch.float32).expand(len(x), -1),
+                                self.config.flow_steps).double().numpy()
         y = (yn * self.stats["y_std"] + self.stats["y_mean"]).reshape(len(yn), *self.chunk_shape)
-        y = y + _anchor(self.task, o, self.config.relative)[0]
+        y = world_chunks(self.task, np.broadcast_to(o, (len(y), len(o))), y, self._base_chunk(o), self.config)
         return np.clip(y, self.task.action_low, self.task.action_high)
 
     # -- persistence -------------------------------------------------------------------------
@@ -522,7 +660,7 @@ class DistilledPolicy:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write weights, normalization stats and metadata to ``path`` atomically."""
-        return save_checkpoint(path, self.metadata(), self.stats, self.net.state_dict())
+        return save_checkpoint(path, self.metadata(), self.stats, {} if self.net is None else self.net.state_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike, task: Task) -> DistilledPolicy:
@@ -552,10 +690,12 @@ class DistilledPolicy:
                 f"{path} reads {meta['obs_dim']}-dim observations but task {task.name!r} has {len(task.obs_names)}"
             )
         cfg = PolicyConfig(**meta["config"])
-        n_ctx = context(task, np.zeros((cfg.n_obs_steps, len(task.obs_names)))).shape[-1]
+        n_ctx = context(task, np.zeros((cfg.n_obs_steps, len(task.obs_names))), cfg.frame).shape[-1]
         if meta["context_dim"] != n_ctx:
             raise TwinloopError(f"{path} expects {meta['context_dim']} context inputs; task {task.name!r} gives {n_ctx}")
         stats = {k: v.numpy() for k, v in blob["stats"].items()}
+        if cfg.learner == "neighbours":
+            return cls(task, None, stats, cfg, meta["chunk"])
         net = _velocity_net(torch, n_ctx, meta["chunk"] * task.nu, cfg)
         try:
             net.load_state_dict(blob["state_dict"])

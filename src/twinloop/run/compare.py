@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from twinloop.calib.monitor import ACTIONS, GapMonitor, MonitorConfig
+from twinloop.calib.windows import record_trajectory
 from twinloop.control import (
     AsyncConfig,
     AsyncController,
@@ -45,6 +47,7 @@ from twinloop.worlds import (
     make_world,
     resolve_world,
 )
+from twinloop.worlds.shifted import nominal_counterpart
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,17 @@ class RunConfig:
             ``param_space()`` (:meth:`~twinloop.params.ParamSpace.prior_particles`, seeded by
             ``seed``); each candidate's costs over them are aggregated by ``refiner.risk``. 0 or 1:
             the nominal twin alone. Costs P times the rollouts per tick.
+        monitor: a live gap monitor on the refined controller (:class:`~twinloop.calib.monitor.
+            GapMonitor`), what its alarm does: ``flag`` (record only) | ``widen`` | ``refit`` |
+            ``fallback`` | ``adapt`` (``refit``, and the actuators' gains refit at tick 10 whatever
+            the score); ``None``: no monitor. Its threshold is calibrated on
+            ``monitor_episodes`` refined episodes the run records first in the nominal
+            counterpart of its world (:func:`~twinloop.worlds.shifted.nominal_counterpart`: the
+            world's noise, delay and engine, the twin's own parameters), seeded by ``seed``
+            (:func:`monitor_seeds`). Each refined episode's row lists its alarms and refits;
+            ``summary.json`` says the threshold and where it came from. Simulated worlds
+            (``nominal``, ``shifted``), not in real time.
+        monitor_episodes: nominal episodes the monitor's threshold is calibrated on.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -126,6 +140,8 @@ class RunConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
     noise: float | None = None
     particles: int = 0
+    monitor: str | None = None
+    monitor_episodes: int = 4
 
     def __post_init__(self):
         choose("task", self.task, tuple(TASKS))
@@ -155,6 +171,16 @@ class RunConfig:
             raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
         if not isinstance(self.refiner, RefinerConfig):
             raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        if self.monitor is not None:
+            choose("monitor", self.monitor, ACTIONS)
+            if self.world not in ("nominal", "shifted"):
+                raise TwinloopError(f"monitor={self.monitor!r}: the threshold is calibrated in the nominal counterpart "
+                                    f"of a simulated world (nominal, shifted); world {self.world!r} has none")
+            if self.realtime:
+                raise TwinloopError(f"monitor={self.monitor!r} watches the synchronous refined controller; it cannot "
+                                    "run in real time (realtime=True)")
+        object.__setattr__(self, "monitor_episodes", number(self.monitor_episodes, "monitor_episodes", low=1,
+                                                            integer=True))
         if self.optimizer.startswith("llm") and self.refiner.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
                                 f"batch: it needs iterations >= 2, got {self.refiner.iterations}")
@@ -178,6 +204,13 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer)
+    if cfg.monitor == "fallback" and proposer is None:
+        raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
+    if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
+        raise TwinloopError(f"monitor={cfg.monitor!r} changes the twin's parameters; task {cfg.task!r} has none")
+    if cfg.monitor == "adapt" and not task.param_space().on("actuator"):
+        raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.task!r} has none among "
+                            f"{task.param_space().names}")
     twin = refiner_twin(task, cfg.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed, check_twin)
     refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, noise=cfg.noise), cfg.refiner,
                       params=planning_particles(cfg, twin.param_space), keep_rollouts=keep_rollouts)
@@ -208,27 +241,82 @@ def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, h
     return twin
 
 
-def controller_in_world(cfg: RunConfig, name: str):
+def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
     """``(world, controller)`` of the comparison's controller ``name`` (``base`` | ``refined``):
-    the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`."""
-    _, world, proposer, refiner = build(cfg, check_twin=False)
+    the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`. The refined
+    controller of a run with ``cfg.monitor`` watches with ``watch``, the ``(error, threshold)``
+    calibrated by :func:`calibrate_monitor`."""
+    task, world, proposer, refiner = build(cfg, check_twin=False)
     if name == "base":
         return world, Controller(refiner, proposer, refine=False)
-    return world, AsyncController(refiner, proposer, cfg.async_control) if cfg.realtime else Controller(refiner, proposer)
+    if cfg.realtime:
+        return world, AsyncController(refiner, proposer, cfg.async_control)
+    return world, refined_controller(cfg, task, proposer, refiner, watch)
 
 
-def realtime_stats(world, controller) -> dict:
-    """What a real-time episode reports: the world's deadline misses, the planner's cycles."""
-    return {**world.stats(), **(controller.stats() if isinstance(controller, AsyncController) else {})}
+def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | None = None) -> Controller:
+    """The synchronous refined controller, watched by the run's gap monitor (if any) with
+    ``watch = (error, threshold)``."""
+    monitor = None
+    if cfg.monitor is not None:
+        if watch is None:
+            raise TwinloopError("a monitored run's refined controller needs the monitor's (error, threshold)")
+        monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
+    return Controller(refiner, proposer, monitor=monitor)
+
+
+def monitor_config(cfg: RunConfig) -> MonitorConfig:
+    """The gap monitor of a run (its action; the library's defaults otherwise, seeded by ``cfg.seed``)."""
+    return MonitorConfig(action=cfg.monitor, seed=cfg.seed)
+
+
+def monitor_seeds(cfg: RunConfig) -> list[int]:
+    """Seeds of the nominal episodes a run's monitor threshold is calibrated on: after the
+    run's own block of episode seeds (``seed * 100000 + 50000 + i``)."""
+    return [cfg.seed * 100_000 + 50_000 + i for i in range(cfg.monitor_episodes)]
+
+
+def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float) -> tuple[tuple, dict]:
+    """Record ``cfg.monitor_episodes`` refined episodes (no monitor, ``cfg.max_ticks`` or the
+    task's length, not stopped at success) in the nominal counterpart of the run's world and
+    calibrate the monitor on them (:meth:`GapMonitor.from_nominal`). Returns the monitor's
+    ``(error, threshold)`` (see :func:`controller_in_world`) and what ``summary.json`` says
+    about it."""
+    severity = cfg.severity if cfg.world == "shifted" else 0
+    world = nominal_counterpart(task, severity, period)
+    ctl = Controller(refiner, proposer)
+    ticks = cfg.max_ticks or task.max_ticks
+    trajs = []
+    for s in monitor_seeds(cfg):
+        ctl.reset(s)
+        trajs.append(record_trajectory(world, lambda obs, _k: ctl.act(obs), s, ticks))
+    mcfg = monitor_config(cfg)
+    m = GapMonitor.from_nominal(task, refiner.twin, trajs, mcfg, params=refiner.params)
+    return (m.error, m.threshold), {"action": cfg.monitor, "threshold": m.threshold, "window": mcfg.window,
+                         "quantile": mcfg.quantile, "margin": mcfg.margin, "nominal_seeds": monitor_seeds(cfg),
+                         "nominal_ticks": ticks, "nominal_world": {**world.describe(), "severity": severity}}
+
+
+def episode_stats(world, controller) -> dict:
+    """What an episode reports besides its outcome (its per-episode row): a real-time world's
+    deadline misses and the planner's cycles; a world distribution's draw (``world_seed``,
+    ``world_params``); a monitor's ``alarms`` (tick, score, threshold, action) and ``refits``
+    (the tick each took over, the estimate by parameter name)."""
+    out = {}
+    if isinstance(world, RealtimeWorld):
+        out.update(world.stats(), **(controller.stats() if isinstance(controller, AsyncController) else {}))
+    if isinstance(world, PerEpisodeWorld):
+        out.update(world.drawn())
+    m = controller.monitor
+    if m is not None:
+        names = controller.refiner.twin.param_space.names
+        out["alarms"] = [asdict(a) for a in m.alarms]
+        out["refits"] = [{"tick": t, "params": dict(zip(names, map(float, x), strict=True))} for t, x in m.refits]
+    return out
 
 
 def episode_seeds(cfg: RunConfig) -> list[int]:
     return [cfg.seed * 100_000 + i for i in range(cfg.episodes)]
-
-
-def world_drawn(world: PerEpisodeWorld, controller) -> dict:
-    """What a world distribution drew for the episode just run (its per-episode row)."""
-    return world.drawn()
 
 
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
@@ -267,17 +355,21 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     lost remote world) is written with what it recorded before the error propagates (in this
     process; a Ray worker's partial episode is lost with it).
     """
-    task, world, proposer, _ = build(cfg)  # the driver checks the twin and the output folder first
+    task, world, proposer, refiner = build(cfg)  # the driver checks the twin and the output folder first
     try:
         out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
+        watch, monitor_info = None, None
+        if cfg.monitor is not None:
+            watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period)
+            log(f"gap monitor ({cfg.monitor}): threshold {monitor_info['threshold']:.3g} from "
+                f"{cfg.monitor_episodes} refined episodes in the nominal twin")
         seeds = episode_seeds(cfg)
         names = (["base"] if proposer is not None else []) + ["refined"]
         datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if cfg.record else {}
         n_ticks = world_ticks(cfg, task, world)
-        batches = [EpisodeBatch(partial(controller_in_world, cfg, n), seeds,
-                                options={"max_ticks": n_ticks, "record": cfg.record},
-                                stats=realtime_stats if cfg.realtime else world_drawn if cfg.world_per_episode
-                                else None) for n in names]
+        batches = [EpisodeBatch(partial(controller_in_world, cfg, n, watch), seeds,
+                                options={"max_ticks": n_ticks, "record": cfg.record}, stats=episode_stats)
+                   for n in names]
         counts = dict.fromkeys(names, 0)
         current = [0]
 
@@ -317,16 +409,21 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "world_per_episode": cfg.world_per_episode,
         "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
                              "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
-                             **({"world_params": e.stats["world_params"]} if cfg.world_per_episode else {})}
+                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits") if s in e.stats}}
                             for e in v] for k, v in all_eps.items()},
     }
+    if monitor_info is not None:
+        refined = all_eps["refined"]
+        summary["monitor"] = {**monitor_info, "episodes_alarmed": sum(bool(e.stats["alarms"]) for e in refined),
+                              "alarms": sum(len(e.stats["alarms"]) for e in refined)}
     write_json(out / "summary.json", summary)
     plot_comparison(summary, out / "comparison.png")
     if cfg.video and (cfg.realtime or not isinstance(world, (SimWorld, PerEpisodeWorld))):
         log("no video: videos replay a simulated world in synchronous mode")
     elif cfg.video:
         try:
-            summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4"))
+            summary["video"] = str(render_refined_episode(cfg, all_eps.get("refined", []), out / "refined_episode.mp4",
+                                                          watch))
             write_json(out / "summary.json", summary)
         except RenderingUnavailable as exc:  # the results are written; only the video is missing
             log(f"no video: {exc}")
@@ -349,16 +446,17 @@ def realtime_summary(rows: list[dict]) -> dict:
     return out
 
 
-def render_refined_episode(cfg: RunConfig, episodes, path: Path) -> Path:
+def render_refined_episode(cfg: RunConfig, episodes, path: Path, watch: tuple | None = None) -> Path:
     """Re-run one refined episode keeping the candidate rollouts, and render it with ghosts.
 
     Picks the first successful episode (the first one if none succeeded); the same seed gives
-    the same episode, so this is the episode reported in the table.
+    the same episode (watched by the same monitor, ``watch``), so this is the episode reported
+    in the table.
     """
     task, world, proposer, refiner = build(cfg, keep_rollouts=True)
     pick = next((e for e in episodes if e.success), episodes[0] if episodes else None)
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
-    ctl = Controller(refiner, proposer, refine=True)
+    ctl = refined_controller(cfg, task, proposer, refiner, watch)
     r = run_episode(world, ctl, seed, max_ticks=cfg.max_ticks, record=False, ghosts=ghost_traces(task))
     return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera,
                           fps=int(round(1 / task.control_period)))

@@ -390,13 +390,14 @@ class DistillRun:
                  for side in ("twin", "world")}
         rec = {"round": round_, "train_episodes": sides, "train_samples": log.samples,
                "val_samples": log.val_samples, "train_duplicates": log.duplicates, "train_seconds": log.seconds,
-               "train_steps": log.steps, "best_step": log.best_step, "train_loss": log.losses[-1],
+               "train_steps": log.steps, "best_step": log.best_step, "train_loss": log.losses[-1] if log.losses else None,
                "val_loss": min(log.val_losses) if log.val_losses else None, "n_params": policy.n_params}
         state["summary"]["rounds"] = [r for r in state["summary"]["rounds"] if r["round"] != round_] + [rec]
         held = f", held-out loss {rec['val_loss']:.3f} at step {log.best_step}" if log.val_losses else ""
+        fitted = (f"{log.steps} steps, loss {log.losses[0]:.3f} -> {log.losses[-1]:.3f}{held}" if log.losses
+                  else "a nearest-neighbour memory")
         self.log(f"round {round_}: trained {policy.n_params / 1e6:.2f} M parameters on {len(demos)} episodes "
-                 f"({log.samples} samples, {log.duplicates} duplicates dropped), {log.steps} steps, loss "
-                 f"{log.losses[0]:.3f} -> {log.losses[-1]:.3f}{held} in {log.seconds:.0f} s")
+                 f"({log.samples} samples, {log.duplicates} duplicates dropped), {fitted} in {log.seconds:.0f} s")
         return []
 
     def evaluate(self, arg: str, state: dict) -> list[str]:

@@ -241,6 +241,32 @@ class Task:
         """The goal as a flat vector, appended to a learned policy's inputs. Default: none."""
         return np.zeros(0)
 
+    def policy_frame(self, obs: np.ndarray) -> np.ndarray:
+        """``(..., n_obs)`` observations -> ``(..., 3)`` planar poses ``(x, y, yaw)`` (m, rad):
+        the frame a learned policy may see an observation, the goal and its actions in
+        (``PolicyConfig.frame``; :meth:`obs_in_frame`, :meth:`goal_in_frame`,
+        :meth:`actions_in_frame`), e.g. the pushed object's own frame: pushing is the same at
+        every position and heading of the object, so what a policy learns at one holds at all
+        of them. Default: the world frame (zeros); the three maps are then the identity."""
+        return np.zeros((*np.shape(obs)[:-1], 3))
+
+    def obs_in_frame(self, frame: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        """Observations ``(..., n_obs)`` expressed in frames ``(..., 3)`` (shapes broadcast; see
+        :meth:`policy_frame`). Default: unchanged (the world frame)."""
+        return np.broadcast_to(np.asarray(obs, dtype=float), np.broadcast_shapes(np.shape(obs), (*np.shape(frame)[:-1], 1)))
+
+    def goal_in_frame(self, frame: np.ndarray) -> np.ndarray:
+        """``(..., 3)`` frames -> ``(..., G')`` the goal seen from each (a learned policy's goal
+        input). Default: :meth:`goal_features`, the same from every frame."""
+        g = self.goal_features()
+        return np.broadcast_to(g, (*np.shape(frame)[:-1], len(g)))
+
+    def actions_in_frame(self, frame: np.ndarray, actions: np.ndarray, inverse: bool = False) -> np.ndarray:
+        """Actions ``(..., nu)`` expressed in frames ``(..., 3)`` (shapes broadcast), or with
+        ``inverse`` from those frames back to the world. Default: unchanged."""
+        return np.broadcast_to(np.asarray(actions, dtype=float),
+                               np.broadcast_shapes(np.shape(actions), (*np.shape(frame)[:-1], 1)))
+
     def param_space(self) -> ParamSpace:
         """The default physical parameters to randomize or calibrate. Default: none."""
         return ParamSpace(())

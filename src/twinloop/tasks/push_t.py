@@ -276,6 +276,30 @@ class PushT(Task):
     def goal_features(self) -> np.ndarray:
         return self.goal.copy()
 
+    def policy_frame(self, obs) -> np.ndarray:
+        """The block's own frame: ``(..., 3)`` its pose (x, y, yaw) from ``(..., 10)`` observations."""
+        return np.asarray(obs, dtype=float)[..., 2:5]
+
+    def obs_in_frame(self, frame, obs) -> np.ndarray:
+        """Positions and the block's pose relative to ``frame``, velocities rotated into it
+        (the yaw rate is the same in every frame)."""
+        f, o = np.asarray(frame, dtype=float), np.asarray(obs, dtype=float)
+        batch = np.broadcast_shapes(f.shape[:-1], o.shape[:-1])
+        f, o = np.broadcast_to(f, (*batch, 3)), np.broadcast_to(o, (*batch, o.shape[-1]))
+        yaw = f[..., 2]
+        return np.concatenate([to_local(f, o[..., 0:2]), to_local(f, o[..., 2:4]), wrap(o[..., 4:5] - yaw[..., None]),
+                               rotate(o[..., 5:7], -yaw), rotate(o[..., 7:9], -yaw), o[..., 9:10]], axis=-1)
+
+    def goal_in_frame(self, frame) -> np.ndarray:
+        """``(..., 4)``: the goal's position in ``frame``, cosine and sine of its yaw there."""
+        f = np.asarray(frame, dtype=float)
+        d = self.goal[2] - f[..., 2:3]
+        return np.concatenate([to_local(f, self.goal[:2]), np.cos(d), np.sin(d)], axis=-1)
+
+    def actions_in_frame(self, frame, actions, inverse: bool = False) -> np.ndarray:
+        """Pusher targets are points: into ``frame`` (or back to the world)."""
+        return to_world(frame, actions) if inverse else to_local(frame, actions)
+
     def default_proposer(self) -> ScriptedPushT:
         return ScriptedPushT(self)
 

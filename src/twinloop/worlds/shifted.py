@@ -63,6 +63,21 @@ def noise_scales(task: Task, severity: int) -> np.ndarray:
     return np.array([scale[u][severity] for u in units])
 
 
+def shift_settings(task: Task, severity: int) -> dict:
+    """What a shifted world of ``severity`` changes besides the physical parameters, as
+    :class:`TwinWorld` keywords: actuation delay, observation noise, engine."""
+    return {"delay_steps": DELAY_STEPS[severity], "obs_noise": noise_scales(task, severity),
+            "engine": SEVERE_ENGINE if severity >= 3 else None}
+
+
+def nominal_counterpart(task: Task, severity: int, period: float | None = None) -> TwinWorld:
+    """A shifted world of ``severity`` with the twin's own (nominal) parameters: its noise,
+    delay and engine, none of its hidden physics. What the twin's one-tick gap looks like when
+    its parameters are right (a gap monitor's threshold is calibrated there)."""
+    return TwinWorld(task, **shift_settings(task, number(severity, "severity", low=0, high=3, integer=True)),
+                     period=period)
+
+
 class ShiftedWorld(TwinWorld):
     """The task's scene with seeded hidden physics, observation noise and actuation delay.
 
@@ -88,9 +103,7 @@ class ShiftedWorld(TwinWorld):
             raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
         self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)
         self.hidden_params = shifted_params(task, self.severity, self.seed)
-        super().__init__(task, self.hidden_params, delay_steps=DELAY_STEPS[self.severity],
-                         obs_noise=noise_scales(task, self.severity),
-                         engine=SEVERE_ENGINE if self.severity >= 3 else None, period=period)
+        super().__init__(task, self.hidden_params, **shift_settings(task, self.severity), period=period)
 
     def describe(self) -> dict:
         """JSON-serializable summary of what is hidden from the twin."""
