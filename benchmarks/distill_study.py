@@ -231,6 +231,16 @@ def collect(a) -> None:
           f"tick to tick {1e3 * jump:.0f} mm; dataset {ds.root}")
 
 
+def representation_options(p: argparse.ArgumentParser) -> None:
+    """The data and representation options that ``train`` and ``retrieve`` share."""
+    p.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
+    p.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
+    p.add_argument("--n-obs", type=int, default=2, help="observations in the context")
+    p.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
+    p.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
+    p.add_argument("--residual", action="store_true", help="a residual on the task's scripted proposer")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True, help="folder of a twinloop distill run")
@@ -245,12 +255,7 @@ def main() -> None:
     t.add_argument("--val", type=float, default=0.2)
     t.add_argument("--patience", type=int, default=0)
     t.add_argument("--save", default="")
-    t.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
-    t.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
-    t.add_argument("--n-obs", type=int, default=2, help="observations in the context")
-    t.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
-    t.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
-    t.add_argument("--residual", action="store_true", help="a residual on the task's scripted proposer")
+    representation_options(t)
     e = sub.add_parser("execute")
     e.add_argument("--policy", required=True)
     i = sub.add_parser("infer")
@@ -270,13 +275,8 @@ def main() -> None:
     c.add_argument("--cold", action="store_true", help="a teacher not warm-started from its last plan")
     rt = sub.add_parser("retrieve")
     rt.add_argument("--groups", default="twin/collect")
-    rt.add_argument("--limit", type=int, default=0, help="the first N episodes of each group (0: all)")
     rt.add_argument("--ks", default="1", help="neighbours averaged, comma-separated")
-    rt.add_argument("--n-obs", type=int, default=2, help="observations in the context")
-    rt.add_argument("--labels", default="plan", help="plan | decisions (PolicyConfig.labels)")
-    rt.add_argument("--smooth", type=int, default=1, help="moving average of decision labels (ticks)")
-    rt.add_argument("--residual", action="store_true", help="a residual on the task's scripted proposer")
-    rt.add_argument("--frame", action="store_true", help="contexts and chunks in the task's policy frame")
+    representation_options(rt)
     rt.add_argument("--twin", type=int, default=10, help="episodes in twin-worlds on training starts (0: none)")
     a = ap.parse_args()
     {"labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "baseline": baseline, "collect": collect,
