@@ -78,7 +78,7 @@ def run(args) -> list[dict]:
             [(3, "constant")] if "constant" in args.cases else [])
         for method in args.methods:
             for n_traj, kind in cases:
-                errs, flags, secs, evals, covered, per = [], [], [], [], [], []
+                errs, flags, secs, evals, covered, per, signed = [], [], [], [], [], [], []
                 for seed in range(args.seed_offset, args.seed_offset + args.seeds):
                     truth = hidden_values(task, np.random.default_rng([seed, 11]))
                     world = NoisyWorld(task, space.apply(task.model, truth), args.pos_noise, args.ang_noise,
@@ -89,12 +89,13 @@ def run(args) -> list[dict]:
                                       errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
                                       start_iterations=args.start_iterations, start_noise=args.start_noise,
                                       stride=args.stride, start_quiet=args.start_quiet,
-                                      jac_step=args.jac_step)
+                                      jac_step=args.jac_step, bootstrap=args.bootstrap)
                     t0 = time.perf_counter()
                     post = calibrate(task, trajs, space, config=cfg)
                     secs.append(time.perf_counter() - t0)
                     errs.append(float(np.max(post.error(truth))))
                     per.append(post.error(truth).tolist())
+                    signed.append(((post.estimate - truth) / truth).tolist())
                     covered.append(((post.interval[:, 0] <= truth) & (truth <= post.interval[:, 1])).tolist())
                     flags.append(not post.all_identifiable)
                     evals.append(post.n_evals)
@@ -102,7 +103,7 @@ def run(args) -> list[dict]:
                        "median_error": float(np.median(errs)), "p90_error": float(np.quantile(errs, 0.9)),
                        "not_identifiable": float(np.mean(flags)), "evals": float(np.mean(evals)),
                        "seconds": float(np.median(secs)), "errors": errs,
-                       "median_error_per_param": np.median(per, axis=0).tolist(), "covered": float(np.mean(covered))}
+                       "median_error_per_param": np.median(per, axis=0).tolist(), "signed_errors": signed, "covered": float(np.mean(covered))}
                 rows.append(row)
                 console.log(f"{task_name} {method} {n_traj} x {kind}: median {row['median_error']:.2%}, "
                             f"p90 {row['p90_error']:.2%}, flagged {row['not_identifiable']:.0%}, "
@@ -117,7 +118,7 @@ def table(rows: list[dict], args) -> Table:
                     f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
                     f"start samples {args.start_samples}, start noise {args.start_noise or 'one error unit'}, "
                     f"start iterations {args.start_iterations}, seeds from {args.seed_offset}, "
-                    f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}")
+                    f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}, bootstrap {args.bootstrap}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
         t.add_column(c, justify="left" if c in ("task", "method", "excitation") else "right")
@@ -150,6 +151,8 @@ def main() -> None:
                    help="start windows only this many ticks after a contact between moving bodies")
     p.add_argument("--jac-step", type=float, default=CalibConfig.jac_step,
                    help="least squares' finite-difference step (prior stds)")
+    p.add_argument("--bootstrap", type=int, default=CalibConfig.bootstrap,
+                   help="parametric bootstrap bias correction: refits of data simulated from the fit (0: off)")
     p.add_argument("--stride", type=int, default=None, help="ticks between window starts (default: the window)")
     p.add_argument("--cases", nargs="+", default=["excite", "constant"], help="excitation kinds (constant: 3 trajectories)")
     p.add_argument("--pos-noise", type=float, default=1e-3, help="position noise std (m)")

@@ -483,3 +483,30 @@ def test_profile_check_discounts_rises_within_the_roughness(space):
     smooth = _profile(space, f, [3.0, 3.0])
     rough = _profile(space, lambda X: f(X, ripple=6.0), [3.0, 3.0])
     assert np.all(smooth < 1.5) and np.all(rough > smooth)
+
+
+# -- bootstrap bias correction ----------------------------------------------------------------
+
+
+def test_bootstrap_data_replay_the_recorded_actions_with_the_noise_asked_for(task, space):
+    from twinloop.calib.bootstrap import simulate_like
+    from twinloop.calib.fit import _windows
+    from twinloop.calib.problem import WindowProblem
+
+    data = record(task, space, 2, ticks=20)
+    error = StateError.for_task(task, data)
+    problem = WindowProblem(task, make_twin("mujoco", task.model, space), _windows(task, data, CalibConfig()), error,
+                            space)
+    rng = np.random.default_rng(0)
+    clean = simulate_like(problem, data, TRUTH, np.zeros(task.nstate), rng)
+    for sim, rec in zip(clean, data, strict=True):
+        np.testing.assert_array_equal(sim.actions, rec.actions)
+        np.testing.assert_allclose(sim.states, rec.states, atol=1e-9)  # unmeasured components keep their constant
+    std = error.scale * error.mask
+    noisy = simulate_like(problem, data, TRUTH, std, rng)
+    d = np.concatenate([(n.states - c.states) / error.scale for n, c in zip(noisy, clean, strict=True)])
+    assert 0.8 < d[:, error.mask].std() < 1.2
+    assert not d[:, ~error.mask].any()
+    # the replay applies the problem's actuation delay
+    late = simulate_like(problem.with_delay(3), data, TRUTH, np.zeros(task.nstate), rng)
+    assert np.abs(late[0].states - data[0].states).max() > 1e-3

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from twinloop.calib.bootstrap import bootstrap_bias
 from twinloop.calib.methods import METHODS
+from twinloop.calib.noise import estimate_state_noise
 from twinloop.calib.posterior import Posterior, interval, sample, summarize
 from twinloop.calib.problem import BudgetSpent, Objective, WindowProblem, best_delay
 from twinloop.calib.windows import (
@@ -91,6 +93,14 @@ class CalibConfig:
             of the budget around them; 0 (default): profile the start noise out around the
             recorded starts only (linearized). Measured on block-push (README, RESULTS): a
             smaller median error but not on every seed, so it is not the default.
+        bootstrap: parametric bootstrap bias correction: after the fit, simulate this many
+            data sets like the recorded ones from the fitted twin (each episode's actions
+            replayed from its recorded first state, observed with the noise ``start_noise``
+            gives, else the noise :func:`~twinloop.calib.noise.estimate_state_noise` estimates
+            at the fit), refit each from the fit, and subtract their mean shift, the bias the
+            fit itself adds (noisy window starts, the unobserved state); the intervals widen
+            by the spread of that mean. 0 (default): off. Costs ``bootstrap`` more fits (see
+            :func:`~twinloop.calib.bootstrap.bootstrap_bias`).
         delay_steps: actuation delay (physics steps) the replay applies to the recorded
             actions; ``None`` picks the best of ``0..max_delay_steps`` at the starting point
             (a ``timing:ctrl/delay`` parameter fits a delay continuously instead).
@@ -129,6 +139,7 @@ class CalibConfig:
     start_samples: int = 0
     start_noise: tuple[float, float, float] | None = None
     start_iterations: int = 0
+    bootstrap: int = 0
     delay_steps: int | None = 0
     max_delay_steps: int = 10
     max_evals: int = 400
@@ -147,7 +158,7 @@ class CalibConfig:
     def __post_init__(self):
         choose("calibration method", self.method, METHODS)
         ints = {"window": 1, "max_delay_steps": 0, "max_evals": 2, "max_iter": 1, "particles": 1, "seed": 0,
-                "start_samples": 0, "start_iterations": 0, "start_quiet": 0}
+                "start_samples": 0, "start_iterations": 0, "start_quiet": 0, "bootstrap": 0}
         for k, low in ints.items():
             object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
         for k, low in (("stride", 1), ("delay_steps", 0), ("cma_popsize", 2)):
@@ -225,6 +236,57 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     noise = None if cfg.start_noise is None else state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
     problem = WindowProblem(task, twin, _windows(task, train, cfg), error, space, cfg.delay_steps or 0,
                             start_samples=cfg.start_samples, start_noise=noise)
+    problem, x, n_fit, eiv = _fit(problem, cfg, x0, progress)
+    bias, bias_cov, n_boot = np.zeros(len(space)), np.zeros((len(space), len(space))), 0
+    if cfg.bootstrap:
+        if space.has_signals:
+            raise TwinloopError("bootstrap bias correction simulates model parameters only; fit sensor and timing "
+                                "parameters with bootstrap=0")
+        std = problem.start_std if noise is not None else estimate_state_noise(
+            task, train, x, space, int(problem.delay), twin, seed=cfg.seed)
+        refit_cfg = replace(cfg, delay_steps=int(problem.delay), bootstrap=0)
+
+        def refit(data: list[Trajectory]) -> tuple[np.ndarray, int]:
+            p = WindowProblem(task, twin, _windows(task, data, cfg), error, space, problem.delay,
+                              start_samples=cfg.start_samples, start_noise=noise)
+            return _fit(p, refit_cfg, x, None)[1:3]
+
+        bias, bias_cov, n_boot = bootstrap_bias(problem, train, x, std, cfg.bootstrap, refit, cfg.seed)
+    corrected = np.clip(x - bias, space.low, space.high)
+    # the posterior's local fit is simulated outside the fitting budget
+    local = Objective(problem)
+    r0, r_fit = problem.residuals(np.stack([x0, corrected]), whiten=False)  # plain state errors, before/after
+    post = summarize(local, x, space, jac_step=cfg.jac_step, null_tol=cfg.null_tol, max_rel_width=cfg.max_rel_width,
+                     max_corr=cfg.max_corr, particles=cfg.particles, seed=cfg.seed)
+    hold_err = (float("nan"), float("nan"))
+    if held:
+        hp = WindowProblem(task, twin, _windows(task, held, cfg), error, space, problem.delay,
+                           start_samples=cfg.start_samples, start_noise=noise)
+        hr = hp.residuals(np.stack([x0, corrected]))
+        hold_err = (_rms(hr[0]), _rms(hr[1]))
+    kept = cfg.keep_if_worse and hold_err[1] > hold_err[0]
+    estimate = x0.copy() if kept else corrected
+    if kept or cfg.bootstrap:
+        # around the returned estimate; the bootstrap's own spread (its mean of B refits) added
+        post["covariance"] = post["covariance"] + bias_cov
+        post["interval"] = interval(estimate, post["covariance"], space)
+        post["particles"] = sample(estimate, post["covariance"], space, cfg.particles, cfg.seed)
+    return Posterior(
+        names=space.names, estimate=estimate, low=space.low, high=space.high, method=cfg.method,
+        train_error=(_rms(r0), _rms(r_fit)), holdout_error=hold_err, n_evals=n_fit,
+        sim_steps=n_fit * problem.steps_per_eval, posterior_evals=local.n_evals, delay_steps=int(problem.delay),
+        n_windows=sum(len(w) for w in problem.windows), n_transitions=sum(t.ticks for t in train),
+        seconds=time.perf_counter() - t_start, x0=x0, kept_previous=bool(kept), fitted=x.copy(),
+        errors_in_variables=bool(eiv), bias=bias if cfg.bootstrap else np.zeros(0), bootstrap_evals=n_boot, **post,
+    )
+
+
+def _fit(problem: WindowProblem, cfg: CalibConfig, x0: np.ndarray,
+         progress: Callable[[int, float], None] | None) -> tuple[WindowProblem, np.ndarray, int, bool]:
+    """One fit of ``problem`` from ``x0`` within ``cfg.max_evals``: the delay (when not given)
+    and errors in variables judged at ``x0``, then again at the half-budget fit. Returns the
+    final problem, the fit, the evaluations spent and whether errors in variables was on."""
+    task, space = problem.task, problem.space
     fit = METHODS[cfg.method]
     delays = list(range(0, min(cfg.max_delay_steps, cfg.window * task.substeps - 1) + 1))
     spent = 0
@@ -261,31 +323,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     fn = Objective(problem, max(cfg.max_evals - spent, 2), progress, spent)
     fn(np.unique(np.stack([x0, start]), axis=0))  # the starting points are always candidates
     _spend(fit, fn, fn.best_x, space, cfg)
-    x, n_fit = fn.best_x, spent + fn.n_evals
-    # the posterior's local fit is simulated outside the fitting budget
-    local = Objective(problem)
-    r0, r_fit = problem.residuals(np.stack([x0, x]), whiten=False)  # plain state errors, before/after
-    post = summarize(local, x, space, jac_step=cfg.jac_step, null_tol=cfg.null_tol, max_rel_width=cfg.max_rel_width,
-                     max_corr=cfg.max_corr, particles=cfg.particles, seed=cfg.seed)
-    hold_err = (float("nan"), float("nan"))
-    if held:
-        hp = WindowProblem(task, twin, _windows(task, held, cfg), error, space, problem.delay,
-                           start_samples=cfg.start_samples, start_noise=noise)
-        hr = hp.residuals(np.stack([x0, x]))
-        hold_err = (_rms(hr[0]), _rms(hr[1]))
-    kept = cfg.keep_if_worse and hold_err[1] > hold_err[0]
-    estimate = x0.copy() if kept else x
-    if kept:  # the previous parameters, with the spread the data allow around them
-        post["interval"] = interval(x0, post["covariance"], space)
-        post["particles"] = sample(x0, post["covariance"], space, cfg.particles, cfg.seed)
-    return Posterior(
-        names=space.names, estimate=estimate, low=space.low, high=space.high, method=cfg.method,
-        train_error=(_rms(r0), _rms(r_fit)), holdout_error=hold_err, n_evals=n_fit,
-        sim_steps=n_fit * problem.steps_per_eval, posterior_evals=local.n_evals, delay_steps=int(problem.delay),
-        n_windows=sum(len(w) for w in problem.windows), n_transitions=sum(t.ticks for t in train),
-        seconds=time.perf_counter() - t_start, x0=x0, kept_previous=bool(kept), fitted=x.copy(),
-        errors_in_variables=bool(eiv), **post,
-    )
+    return problem, fn.best_x, spent + fn.n_evals, bool(eiv)
 
 
 def _spend(fit, fn: Objective, x0: np.ndarray, space: ParamSpace, cfg: CalibConfig) -> None:

@@ -51,7 +51,16 @@ def _wrap(d: np.ndarray, hinge: np.ndarray) -> np.ndarray:
 
 def estimate_obs_noise(task: Task, episodes: Sequence, params=None, space: ParamSpace | None = None,
                        delay_steps: int = 0, twin=None, max_transitions: int = 400, seed: int = 0) -> np.ndarray:
-    """``(len(task.obs_names),)`` observation noise std estimated from recorded ``episodes``.
+    """``(len(task.obs_names),)`` observation noise std estimated from recorded ``episodes``
+    (arguments as :func:`estimate_state_noise`)."""
+    idx, state_var = _state_var(task, episodes, params, space, delay_steps, twin, max_transitions, seed)
+    return _obs_std(task, idx, state_var)
+
+
+def estimate_state_noise(task: Task, episodes: Sequence, params=None, space: ParamSpace | None = None,
+                         delay_steps: int = 0, twin=None, max_transitions: int = 400, seed: int = 0) -> np.ndarray:
+    """``(nstate,)`` noise std of each recorded twin-state component (state units), estimated
+    from recorded ``episodes``; 0 for the components that never vary in them (not measured).
 
     Args:
         task: the task the episodes were recorded on.
@@ -63,6 +72,15 @@ def estimate_obs_noise(task: Task, episodes: Sequence, params=None, space: Param
         max_transitions: transitions used at most (a seeded subsample).
         seed: seed of the subsample.
     """
+    idx, state_var = _state_var(task, episodes, params, space, delay_steps, twin, max_transitions, seed)
+    std = np.zeros(task.nstate)
+    std[idx] = np.sqrt(state_var)
+    return std
+
+
+def _state_var(task: Task, episodes: Sequence, params, space: ParamSpace | None, delay_steps: int, twin,
+               max_transitions: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(k,)`` compared state components and ``(k,)`` their noise variances."""
     space = space if space is not None else task.param_space()
     if twin is None:
         from twinloop.twin import make_twin
@@ -99,7 +117,7 @@ def estimate_obs_noise(task: Task, episodes: Sequence, params=None, space: Param
     for _ in range(ROBUST_ITERATIONS):
         v = state_var[None] + J2 @ state_var
         state_var = state_var * np.median(resid**2 / np.maximum(v, 1e-300), axis=0) / CHI2_MEDIAN
-    return _obs_std(task, idx, state_var)
+    return idx, state_var
 
 
 def _obs_std(task: Task, idx: np.ndarray, state_var: np.ndarray) -> np.ndarray:
@@ -114,4 +132,4 @@ def _obs_std(task: Task, idx: np.ndarray, state_var: np.ndarray) -> np.ndarray:
     return np.sqrt(obs_var)
 
 
-__all__ = ["estimate_obs_noise"]
+__all__ = ["estimate_obs_noise", "estimate_state_noise"]

@@ -75,6 +75,9 @@ class Posterior:
             point ``x0`` (the previous parameters), not the fit; fitted: the fit's own estimate.
         errors_in_variables: the fit treated window starts as noisy observations (False: it
             trusted them, asked to or because the budget could not afford it).
+        bias: ``(n,)`` the fit's bias the parametric bootstrap estimated and subtracted
+            (``estimate = fitted - bias``; empty without ``CalibConfig.bootstrap``);
+            bootstrap_evals: parameter vectors its refits simulated.
     """
 
     names: list[str]
@@ -107,6 +110,8 @@ class Posterior:
     kept_previous: bool = False
     fitted: np.ndarray = field(default_factory=lambda: np.zeros(0))
     errors_in_variables: bool = True
+    bias: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    bootstrap_evals: int = 0
 
     @property
     def std(self) -> np.ndarray:
@@ -144,7 +149,7 @@ class Posterior:
         d = {k: json_load(v) for k, v in d.items() if k != "all_identifiable"}
         arrays = ("estimate", "covariance", "interval", "data_std", "correlation", "identifiable",
                   "singular_values", "particles", "low", "high", "x0", "log_directions", "log_direction_std",
-                  "profile_factors", "fitted")
+                  "profile_factors", "fitted", "bias")
         for k in (a for a in arrays if a in d):
             d[k] = np.asarray(d[k], dtype=bool if k == "identifiable" else float)
         d["confounded"] = [tuple(c) for c in d["confounded"]]

@@ -50,6 +50,10 @@ def format_report(post: Posterior, truth=None) -> str:
     lines.append(f"  state error (RMS, error units): train {tb:.3g} -> {ta:.3g}; holdout {hb:.3g} -> {ha:.3g}")
     if not post.errors_in_variables:
         lines.append("  window starts trusted as recorded (no errors in variables): noisy starts bias the fit")
+    if post.bias.size:
+        lines.append("  bootstrap bias correction: fitted " + ", ".join(f"{v:.4g}" for v in post.fitted)
+                     + ", minus the bias " + ", ".join(f"{v:+.3g}" for v in post.bias)
+                     + f" ({post.bootstrap_evals} evaluations on simulated data sets)")
     if post.kept_previous:
         lines.append(f"  FIT REJECTED: it made held-out error worse ({hb:.3g} -> {ha:.3g}); the estimate is the "
                      "previous parameters (the fit's own values are in 'fitted')")
