@@ -510,3 +510,26 @@ def test_bootstrap_data_replay_the_recorded_actions_with_the_noise_asked_for(tas
     # the replay applies the problem's actuation delay
     late = simulate_like(problem.with_delay(3), data, TRUTH, np.zeros(task.nstate), rng)
     assert np.abs(late[0].states - data[0].states).max() > 1e-3
+
+
+def test_bootstrap_bias_keeps_a_bias_even_in_the_noise_and_cancels_scatter_linear_in_it(task, space):
+    from twinloop.calib.bootstrap import bootstrap_bias, simulate_like
+    from twinloop.calib.fit import _windows
+    from twinloop.calib.problem import WindowProblem
+
+    data = record(task, space, 2, ticks=20)
+    error = StateError.for_task(task, data)
+    problem = WindowProblem(task, make_twin("mujoco", task.model, space), _windows(task, data, CalibConfig()), error,
+                            space)
+    clean = np.concatenate([t.states for t in simulate_like(problem, data, TRUTH, np.zeros(task.nstate), np.random.default_rng(0))])
+    std = error.scale * error.mask
+
+    def refit(sim):  # a biased "estimator": 0.1 x (noise in units)^2 (even), 0.5 x noise (odd)
+        u = ((np.concatenate([t.states for t in sim]) - clean) / error.scale)[:, error.mask]
+        return TRUTH + np.array([0.1 * (u**2).mean(), 0.5 * u.mean()]), 7
+
+    bias, cov, evals = bootstrap_bias(problem, data, TRUTH, std, 4, refit, seed=3)
+    assert evals == 28
+    assert abs(bias[0] - 0.1) < 0.02  # 0.1 x the mean of squared unit noise (1), within 3 sd
+    assert abs(bias[1]) < 1e-12  # each antithetic pair cancels it exactly
+    assert cov.shape == (2, 2) and np.all(np.diag(cov) >= 0)
