@@ -91,7 +91,8 @@ def run(args) -> list[dict]:
                                       stride=args.stride, start_quiet=args.start_quiet,
                                       jac_step=args.jac_step, bootstrap=args.bootstrap)
                     t0 = time.perf_counter()
-                    post = calibrate(task, trajs, space, config=cfg)
+                    policy = (lambda i, t=task, k=kind: t.excitation(i, k)) if args.bootstrap_closed_loop else None
+                    post = calibrate(task, trajs, space, config=cfg, policy=policy)
                     secs.append(time.perf_counter() - t0)
                     errs.append(float(np.max(post.error(truth))))
                     per.append(post.error(truth).tolist())
@@ -118,7 +119,8 @@ def table(rows: list[dict], args) -> Table:
                     f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
                     f"start samples {args.start_samples}, start noise {args.start_noise or 'one error unit'}, "
                     f"start iterations {args.start_iterations}, seeds from {args.seed_offset}, "
-                    f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}, bootstrap {args.bootstrap}")
+                    f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}, bootstrap {args.bootstrap}"
+                    f"{' closed loop' if args.bootstrap_closed_loop else ''}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
         t.add_column(c, justify="left" if c in ("task", "method", "excitation") else "right")
@@ -153,6 +155,8 @@ def main() -> None:
                    help="least squares' finite-difference step (prior stds)")
     p.add_argument("--bootstrap", type=int, default=CalibConfig.bootstrap,
                    help="parametric bootstrap bias correction: refits of data simulated from the fit (0: off)")
+    p.add_argument("--bootstrap-closed-loop", action="store_true",
+                   help="the bootstrap's data sets rerun the excitation closed loop (default: replay the actions)")
     p.add_argument("--stride", type=int, default=None, help="ticks between window starts (default: the window)")
     p.add_argument("--cases", nargs="+", default=["excite", "constant"], help="excitation kinds (constant: 3 trajectories)")
     p.add_argument("--pos-noise", type=float, default=1e-3, help="position noise std (m)")

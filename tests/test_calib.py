@@ -528,7 +528,8 @@ def test_bootstrap_bias_keeps_a_bias_even_in_the_noise_and_cancels_scatter_linea
         u = ((np.concatenate([t.states for t in sim]) - clean) / error.scale)[:, error.mask]
         return TRUTH + np.array([0.1 * (u**2).mean(), 0.5 * u.mean()]), 7
 
-    bias, cov, evals = bootstrap_bias(problem, data, TRUTH, std, 4, refit, seed=3)
+    bias, cov, evals = bootstrap_bias(TRUTH, 4, lambda sign, rng: simulate_like(problem, data, TRUTH, sign * std, rng),
+                                      refit, seed=3)
     assert evals == 28
     assert abs(bias[0] - 0.1) < 0.02  # 0.1 x the mean of squared unit noise (1), within 3 sd
     assert abs(bias[1]) < 1e-12  # each antithetic pair cancels it exactly

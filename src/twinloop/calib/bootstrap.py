@@ -5,8 +5,8 @@ A fit to noisy recordings can be biased even with endless data: every window res
 begins a tick earlier), so the noise leaks into the parameters (block-push: mostly the mass,
 a few percent; clean data give 0.07%). Whatever the mechanism, it repeats on data simulated
 the same way: replay the recorded actions in the twin at the fit ``x``, observe the result with
-the same noise, refit, and the refits land on average ``b`` away from ``x``, the bias the
-procedure adds near ``x``. ``x - b`` is the corrected estimate (Efron's bootstrap bias
+the same noise, refit from the same starting point, and the refits land on average ``b`` away
+from ``x``, the bias the procedure adds near ``x``. ``x - b`` is the corrected estimate (Efron's bootstrap bias
 correction, with simulated rather than resampled data, since windows of one episode are not
 independent draws).
 
@@ -28,6 +28,7 @@ import numpy as np
 from twinloop.calib.problem import WindowProblem
 from twinloop.calib.windows import Trajectory, Windows, window_rollout_states
 from twinloop.errors import TwinloopError
+from twinloop.worlds.twin import TwinWorld
 
 
 def simulate_like(problem: WindowProblem, trajectories: Sequence[Trajectory], x: np.ndarray, noise_std: np.ndarray,
@@ -54,19 +55,43 @@ def simulate_like(problem: WindowProblem, trajectories: Sequence[Trajectory], x:
     return out
 
 
-def bootstrap_bias(problem: WindowProblem, trajectories: Sequence[Trajectory], x: np.ndarray, noise_std: np.ndarray,
-                   replicates: int, refit: Callable[[list[Trajectory]], tuple[np.ndarray, int]],
+def simulate_closed_loop(problem: WindowProblem, trajectories: Sequence[Trajectory], x: np.ndarray,
+                         obs_noise: np.ndarray, policy: Callable[[int], Callable], rng: np.random.Generator
+                         ) -> list[Trajectory]:
+    """Recorded-like trajectories from the twin at ``x``, each run again by the policy that
+    recorded it (``policy(index) -> f(obs, tick) -> action``, which sees the noisy
+    observations, as it did) from the world's reset for its index, in a
+    :class:`~twinloop.worlds.TwinWorld` with the problem's actuation delay, observed with
+    Gaussian noise ``obs_noise`` ``(n_obs,)``."""
+    task = problem.task
+    world = TwinWorld(task, x, space=problem.space, delay_steps=int(problem.delay))
+    out = []
+    for tr in trajectories:
+        act = policy(tr.index)
+        obs = world.reset(tr.index) + rng.standard_normal(len(obs_noise)) * obs_noise
+        states, actions = [task.state_from_obs(obs)], []
+        for k in range(tr.ticks):
+            actions.append(np.asarray(act(obs, k), dtype=float))
+            obs = world.step(actions[-1])[0] + rng.standard_normal(len(obs_noise)) * obs_noise
+            states.append(task.state_from_obs(obs))
+        out.append(Trajectory(np.array(states), np.array(actions), tr.index))
+    return out
+
+
+def bootstrap_bias(x: np.ndarray, replicates: int, simulate: Callable[[float, np.random.Generator], list[Trajectory]],
+                   refit: Callable[[list[Trajectory]], tuple[np.ndarray, int]],
                    seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
     """The fit's bias near ``x``, by refitting ``replicates`` simulated data sets.
 
     Args:
-        problem: the fitted problem (twin, actuation delay).
-        trajectories: the recorded training trajectories (actions, first states, which
-            components vary).
         x: ``(n,)`` the fit.
-        noise_std: ``(nstate,)`` observation noise of the recorded states (state units).
         replicates: data sets ``B`` (>= 1; >= 2 for the correction's own spread).
-        refit: ``data -> (estimate, evaluations)``: the same fit, started at ``x``.
+        simulate: ``(sign, rng) -> data``: a data set simulated at ``x`` whose noise is
+            ``sign`` times standard normals drawn from ``rng`` (:func:`simulate_like`,
+            :func:`simulate_closed_loop`).
+        refit: ``data -> (estimate, evaluations)``: the same fit, from the same starting
+            point (started at ``x`` a fit tends to stay there: on block-push least squares
+            often ends exactly where it started, and the bias comes out too small).
         seed: seed of the simulated noise.
 
     Returns:
@@ -81,8 +106,7 @@ def bootstrap_bias(problem: WindowProblem, trajectories: Sequence[Trajectory], x
         # antithetic pairs: the second of each pair draws the first one's noise negated, so the
         # part of the refits' scatter that is linear in the noise cancels in the pair's mean
         # while the bias (even in the noise) stays
-        sign = 1.0 if b % 2 == 0 else -1.0
-        data = simulate_like(problem, trajectories, x, sign * noise_std, np.random.default_rng([seed, b // 2, 31]))
+        data = simulate(1.0 if b % 2 == 0 else -1.0, np.random.default_rng([seed, b // 2, 31]))
         xb, n = refit(data)
         fits.append(xb)
         evals += n
@@ -91,4 +115,4 @@ def bootstrap_bias(problem: WindowProblem, trajectories: Sequence[Trajectory], x
     return fits.mean(axis=0) - x, cov, evals
 
 
-__all__ = ["bootstrap_bias", "simulate_like"]
+__all__ = ["bootstrap_bias", "simulate_closed_loop", "simulate_like"]

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from twinloop.calib.bootstrap import bootstrap_bias
+from twinloop.calib.bootstrap import bootstrap_bias, simulate_closed_loop, simulate_like
 from twinloop.calib.methods import METHODS
-from twinloop.calib.noise import estimate_state_noise
+from twinloop.calib.noise import estimate_obs_noise, estimate_state_noise
 from twinloop.calib.posterior import Posterior, interval, sample, summarize
 from twinloop.calib.problem import BudgetSpent, Objective, WindowProblem, best_delay
 from twinloop.calib.windows import (
@@ -94,13 +94,14 @@ class CalibConfig:
             recorded starts only (linearized). Measured on block-push (README, RESULTS): a
             smaller median error but not on every seed, so it is not the default.
         bootstrap: parametric bootstrap bias correction: after the fit, simulate this many
-            data sets like the recorded ones from the fitted twin (each episode's actions
-            replayed from its recorded first state, observed with the noise ``start_noise``
-            gives, else the noise :func:`~twinloop.calib.noise.estimate_state_noise` estimates
-            at the fit), refit each from the fit, and subtract their mean shift, the bias the
-            fit itself adds (noisy window starts, the unobserved state); the intervals widen
-            by the spread of that mean. 0 (default): off. Costs ``bootstrap`` more fits (see
-            :func:`~twinloop.calib.bootstrap.bootstrap_bias`).
+            data sets like the recorded ones from the fitted twin (the recorded actions
+            replayed from each episode's first state, or the recording policy run again when
+            ``calibrate`` gets it; observed with the noise
+            :mod:`~twinloop.calib.noise` estimates at the fit), refit each from the same
+            starting point, and subtract their mean shift from the fit: the bias the fit
+            itself adds (noisy window starts, a policy that reacted to the noise); the
+            intervals widen by the spread of that mean. 0 (default): off. Costs ``bootstrap``
+            more fits (see :mod:`~twinloop.calib.bootstrap`).
         delay_steps: actuation delay (physics steps) the replay applies to the recorded
             actions; ``None`` picks the best of ``0..max_delay_steps`` at the starting point
             (a ``timing:ctrl/delay`` parameter fits a delay continuously instead).
@@ -195,7 +196,8 @@ class CalibConfig:
 
 def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, method: str | None = None,
               *, holdout: Sequence | None = None, config: CalibConfig | None = None, x0=None, twin=None,
-              progress: Callable[[int, float], None] | None = None) -> Posterior:
+              progress: Callable[[int, float], None] | None = None,
+              policy: Callable[[int], Callable[[np.ndarray, int], np.ndarray]] | None = None) -> Posterior:
     """Fit ``space`` (default ``task.param_space()``) to recorded ``episodes``.
 
     Args:
@@ -211,6 +213,12 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         twin: a twin of ``task.model`` with ``rollout_many`` over ``space`` (default: a new
             CPU MuJoCo twin).
         progress: ``f(n_evals, best_objective)`` after every batch of evaluations.
+        policy: with ``config.bootstrap``, the policy that recorded each episode, by the
+            episode's index (``policy(index) -> f(obs, tick) -> action``, e.g.
+            ``lambda i: task.excitation(i)`` for excitation episodes recorded with seed ``i``
+            from the world's reset for that seed): the simulated data sets then run it closed
+            loop, reacting to their own noise as the recording did; ``None``: they replay the
+            recorded actions.
 
     Returns:
         The :class:`Posterior`.
@@ -242,16 +250,25 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         if space.has_signals:
             raise TwinloopError("bootstrap bias correction simulates model parameters only; fit sensor and timing "
                                 "parameters with bootstrap=0")
-        std = problem.start_std if noise is not None else estimate_state_noise(
-            task, train, x, space, int(problem.delay), twin, seed=cfg.seed)
+        # the noise the recorded data show at the fit
+        if policy is None:
+            std = estimate_state_noise(task, train, x, space, int(problem.delay), twin, seed=cfg.seed)
+
+            def simulate(sign: float, rng: np.random.Generator) -> list[Trajectory]:
+                return simulate_like(problem, train, x, sign * std, rng)
+        else:
+            obs_std = estimate_obs_noise(task, train, x, space, int(problem.delay), twin, seed=cfg.seed)
+
+            def simulate(sign: float, rng: np.random.Generator) -> list[Trajectory]:
+                return simulate_closed_loop(problem, train, x, sign * obs_std, policy, rng)
         refit_cfg = replace(cfg, delay_steps=int(problem.delay), bootstrap=0)
 
         def refit(data: list[Trajectory]) -> tuple[np.ndarray, int]:
             p = WindowProblem(task, twin, _windows(task, data, cfg), error, space, problem.delay,
                               start_samples=cfg.start_samples, start_noise=noise)
-            return _fit(p, refit_cfg, x, None)[1:3]
+            return _fit(p, refit_cfg, x0, None)[1:3]  # the whole fit again, from where it started
 
-        bias, bias_cov, n_boot = bootstrap_bias(problem, train, x, std, cfg.bootstrap, refit, cfg.seed)
+        bias, bias_cov, n_boot = bootstrap_bias(x, cfg.bootstrap, simulate, refit, cfg.seed)
     corrected = np.clip(x - bias, space.low, space.high)
     # the posterior's local fit is simulated outside the fitting budget
     local = Objective(problem)

@@ -109,7 +109,7 @@ def calibrate(
     start_noise: str = typer.Option("", help="Noise std on recorded states 'POSITION,ANGLE,VELOCITY' (m, rad, m/s) that "
                                      "--start-samples draws and errors in variables profile out (default: one error unit)."),
     start_iterations: int = typer.Option(c.start_iterations, help="Estimate window start positions jointly at the half-budget fit (Gauss-Newton steps; 0: off)."),
-    bootstrap: int = typer.Option(c.bootstrap, help="Parametric bootstrap bias correction: refit this many data sets simulated from the fit and subtract their mean shift (0: off; each costs a fit)."),
+    bootstrap: int = typer.Option(c.bootstrap, help="Parametric bootstrap bias correction: refit this many data sets simulated from the fit (the recorded actions replayed) and subtract their mean shift (0: off; each costs a fit)."),
     keep_if_worse: bool = typer.Option(c.keep_if_worse, help="Keep the previous parameters when the fit makes held-out error worse."),
     delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
     holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
