@@ -56,6 +56,15 @@ class NoisyWorld(SimWorld):
         return obs + self.rng.standard_normal(obs.shape) * self.std
 
 
+def excitation(world: NoisyWorld, seed: int, kind: str, clean: bool):
+    """The task's excitation; ``clean``: it acts on the world's noise-free observation (the
+    recorded one stays noisy), so its actions do not react to the noise."""
+    f = world.task.excitation(seed, kind)
+    if not clean:
+        return f
+    return lambda obs, k: f(world.task.obs_from_data(world.model, world.data), k)
+
+
 def hidden_values(task, rng: np.random.Generator) -> np.ndarray:
     """Friction and mass moved from nominal by factors in [0.6, 1.6]; the friction force stays
     within what the pusher can overcome (else nothing moves and nothing can be identified)."""
@@ -83,8 +92,8 @@ def run(args) -> list[dict]:
                     truth = hidden_values(task, np.random.default_rng([seed, 11]))
                     world = NoisyWorld(task, space.apply(task.model, truth), args.pos_noise, args.ang_noise,
                                        args.vel_noise)
-                    trajs = [record_trajectory(world, task.excitation(1000 * seed + j, kind), 1000 * seed + j,
-                                               args.ticks) for j in range(n_traj)]
+                    trajs = [record_trajectory(world, excitation(world, 1000 * seed + j, kind, args.clean_policy),
+                                               1000 * seed + j, args.ticks) for j in range(n_traj)]
                     cfg = CalibConfig(method=method, max_evals=args.max_evals, seed=seed, window=args.window,
                                       errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
                                       start_iterations=args.start_iterations, start_noise=args.start_noise,
@@ -120,7 +129,7 @@ def table(rows: list[dict], args) -> Table:
                     f"start samples {args.start_samples}, start noise {args.start_noise or 'one error unit'}, "
                     f"start iterations {args.start_iterations}, seeds from {args.seed_offset}, "
                     f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}, bootstrap {args.bootstrap}"
-                    f"{' closed loop' if args.bootstrap_closed_loop else ''}")
+                    f"{' closed loop' if args.bootstrap_closed_loop else ''}{', policy on clean observations' * args.clean_policy}")
     for c in ("task", "method", "trajectories", "excitation", "median error", "p90 error",
               "median friction / mass", "95% covered", "NOT IDENTIFIABLE", "evals", "wall time"):
         t.add_column(c, justify="left" if c in ("task", "method", "excitation") else "right")
@@ -157,6 +166,8 @@ def main() -> None:
                    help="parametric bootstrap bias correction: refits of data simulated from the fit (0: off)")
     p.add_argument("--bootstrap-closed-loop", action="store_true",
                    help="the bootstrap's data sets rerun the excitation closed loop (default: replay the actions)")
+    p.add_argument("--clean-policy", action="store_true",
+                   help="the excitation acts on noise-free observations (isolates the bias of a policy reacting to noise)")
     p.add_argument("--stride", type=int, default=None, help="ticks between window starts (default: the window)")
     p.add_argument("--cases", nargs="+", default=["excite", "constant"], help="excitation kinds (constant: 3 trajectories)")
     p.add_argument("--pos-noise", type=float, default=1e-3, help="position noise std (m)")
