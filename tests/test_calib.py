@@ -534,3 +534,45 @@ def test_bootstrap_bias_keeps_a_bias_even_in_the_noise_and_cancels_scatter_linea
     assert abs(bias[0] - 0.1) < 0.02  # 0.1 x the mean of squared unit noise (1), within 3 sd
     assert abs(bias[1]) < 1e-12  # each antithetic pair cancels it exactly
     assert cov.shape == (2, 2) and np.all(np.diag(cov) >= 0)
+
+
+def test_closed_loop_bootstrap_data_rerun_the_recording_policy_from_each_episodes_reset(task, space):
+    from twinloop.calib.bootstrap import simulate_closed_loop
+    from twinloop.calib.fit import _windows
+    from twinloop.calib.problem import WindowProblem
+
+    data = record(task, space, 2, ticks=20)
+    problem = WindowProblem(task, make_twin("mujoco", task.model, space), _windows(task, data, CalibConfig()),
+                            StateError.for_task(task, data), space)
+    n_obs = len(task.obs_names)
+    policy = lambda i: task.excitation(i, "excite")  # noqa: E731
+    clean = simulate_closed_loop(problem, data, TRUTH, np.zeros(n_obs), policy, np.random.default_rng(0))
+    for sim, rec in zip(clean, data, strict=True):
+        np.testing.assert_allclose(sim.states, rec.states, atol=1e-9)
+        np.testing.assert_allclose(sim.actions, rec.actions, atol=1e-9)
+    # with noise the policy reacts to it: the actions change, not only the recorded states
+    noisy = simulate_closed_loop(problem, data, TRUTH, np.full(n_obs, 1e-3), policy, np.random.default_rng(0))
+    assert np.abs(noisy[0].actions - data[0].actions).max() > 1e-4
+
+
+def test_bootstrap_subtracts_its_bias_and_widens_the_interval(task, space, excited):
+    cfg = CalibConfig(max_evals=40, errors_in_variables=False)
+    plain = calibrate(task, excited, space, config=cfg)
+    boot = calibrate(task, excited, space, config=CalibConfig(max_evals=40, errors_in_variables=False, bootstrap=2))
+    np.testing.assert_array_equal(boot.fitted, plain.estimate)  # the same fit first
+    assert boot.bias.shape == (2,) and np.any(boot.bias != 0) and plain.bias.size == 0
+    np.testing.assert_allclose(boot.estimate, np.clip(boot.fitted - boot.bias, space.low, space.high))
+    assert np.all(boot.interval[:, 0] <= boot.estimate) and np.all(boot.estimate <= boot.interval[:, 1])
+    assert np.all(boot.std >= plain.std)
+    assert boot.bootstrap_evals > 0 and "bootstrap bias correction" in boot.report()
+    assert Posterior.from_dict(boot.to_dict()).bias.tolist() == boot.bias.tolist()
+
+
+def test_bootstrap_is_a_non_negative_count_and_refuses_signal_parameters(task, excited):
+    with pytest.raises(TwinloopError, match="bootstrap must be an integer >= 0, got -1"):
+        CalibConfig(bootstrap=-1)
+    from twinloop.params import ParamSpace
+
+    space = ParamSpace.from_model(task.model, ["block"], ["mass", "delay"])
+    with pytest.raises(TwinloopError, match="bootstrap bias correction simulates model parameters only"):
+        calibrate(task, excited, space, config=CalibConfig(max_evals=30, errors_in_variables=False, bootstrap=2))

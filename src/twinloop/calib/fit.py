@@ -230,6 +230,9 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     space = space if space is not None else task.param_space()
     if len(space) == 0:
         raise TwinloopError("the parameter space is empty: nothing to calibrate")
+    if cfg.bootstrap and space.has_signals:
+        raise TwinloopError("bootstrap bias correction simulates model parameters only; fit sensor and timing "
+                            "parameters with bootstrap=0")
     x0 = space.nominal if x0 is None else space.check(np.asarray(x0, dtype=float), "x0")
     trajs = as_trajectories(task, episodes)
     if holdout is not None:
@@ -247,9 +250,6 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     problem, x, n_fit, eiv = _fit(problem, cfg, x0, progress)
     bias, bias_cov, n_boot = np.zeros(len(space)), np.zeros((len(space), len(space))), 0
     if cfg.bootstrap:
-        if space.has_signals:
-            raise TwinloopError("bootstrap bias correction simulates model parameters only; fit sensor and timing "
-                                "parameters with bootstrap=0")
         # the noise the recorded data show at the fit
         if policy is None:
             std = estimate_state_noise(task, train, x, space, int(problem.delay), twin, seed=cfg.seed)
