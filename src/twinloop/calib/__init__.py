@@ -5,7 +5,8 @@ that composes these lives in :mod:`twinloop.run.rsr`).
   The problem (``windows.py``, ``problem.py``), the methods (``methods.py``: least squares
   with ``mujoco.minimize``, CMA-ES with ``cma``, MJX gradients), the posterior
   (``posterior.py``: covariance, intervals, identifiability, profile check) and the report
-  (``report.py``) are separate modules; it returns a :class:`Posterior`.
+  (``report.py``) are separate modules; it returns a :class:`Posterior`. Opt-in, the
+  parametric bootstrap bias correction (``bootstrap.py``, ``CalibConfig.bootstrap``).
 - :func:`gap` (``gap.py``): Gaussian KL, MMD, sliced Wasserstein between world and twin
   transitions, with bootstrap intervals.
 - :class:`GapMonitor` (``monitor.py``): the live gap monitor a controller consults every tick.
