@@ -64,7 +64,8 @@ def run_piece(a) -> None:
     watch = calibrate_monitor(cfg, task, proposer, refiner, world.period)[0] if cfg.monitor else None
     n_ticks = world_ticks(cfg, task, world)
     seeds = [cfg.seed * 100_000 + i for i in range(a.first, a.first + a.count)]
-    names = ["base", "refined"] if not a.refined_only else ["refined"]
+    names = ["base", "refined"]
+    names = names[1:] if a.refined_only else names[:1] if a.base_only else names
     with open(a.out, "a") as f:
         for s in seeds:
             row = {"seed": s, "options": vars(a) | {"out": None}}
@@ -117,7 +118,7 @@ def table(rows: list[dict]) -> None:
         err = np.mean([r[name]["error"] for r in rows]) * 1000
         out.append(f"{name}: {k}/{n} ({k / n:.0%}) [{lo:.0%}, {hi:.0%}], {err:.1f} mm, {hz:.3g} Hz")
     print("; ".join(out))
-    if "base" in rows[0]:
+    if "base" in rows[0] and "refined" in rows[0]:
         c = Counter((r["base"]["success"], r["refined"]["success"]) for r in rows)
         print(f"worlds both / only refined / only base / neither: {c[True, True]} / {c[False, True]} / "
               f"{c[True, False]} / {c[False, False]}")
@@ -142,6 +143,7 @@ def main() -> None:
     p.add_argument("--monitor", default=None)
     p.add_argument("--oracle", choices=("params", "engine"), default=None)
     p.add_argument("--refined-only", action="store_true")
+    p.add_argument("--base-only", action="store_true")
     p.add_argument("--out", default="world_pieces.jsonl")
     a = p.parse_args()
     if a.tally:
