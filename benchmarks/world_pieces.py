@@ -32,6 +32,7 @@ from twinloop.run.compare import (
     build,
     calibrate_monitor,
     controller_in_world,
+    episode_seeds,
     episode_stats,
     world_ticks,
 )
@@ -63,7 +64,7 @@ def run_piece(a) -> None:
     task, world, proposer, refiner = build(cfg)
     watch = calibrate_monitor(cfg, task, proposer, refiner, world.period)[0] if cfg.monitor else None
     n_ticks = world_ticks(cfg, task, world)
-    seeds = [cfg.seed * 100_000 + i for i in range(a.first, a.first + a.count)]
+    seeds = episode_seeds(cfg)[a.first:]
     names = ["base", "refined"]
     names = names[1:] if a.refined_only else names[:1] if a.base_only else names
     with open(a.out, "a") as f:
