@@ -208,6 +208,25 @@ def test_refiner_alone_pushes_the_block_to_its_goal(task, twin):
         assert res.ticks < task.max_ticks
 
 
+class BlowsUpAtTick2(SimWorld):
+    """The nominal world whose state turns non-finite during its second tick (as a world with
+    too large a time step for its physics does): MuJoCo resets it and counts a warning."""
+
+    def step(self, action):
+        if self.t == 1:
+            self.data.qvel[:] = np.nan
+        return super().step(action)
+
+
+def test_an_unstable_world_ends_the_episode_as_a_failure_that_says_why(task, twin):
+    world = BlowsUpAtTick2(task)
+    res = run_episode(world, Controller(refiner(task, twin), proposer=Proposer(task), refine=False), 0, record=False)
+    assert (res.ticks, res.success) == (2, False)
+    assert res.failure.startswith("simulation unstable") and "velocities" in res.failure
+    world.reset(0)  # a new episode starts clean
+    assert "failure" not in world.info()
+
+
 def test_proposer_alone_is_a_baseline(task, twin):
     ctl = Controller(refiner(task, twin), proposer=Proposer(task), refine=False)
     obs = SimWorld(task).reset(0)

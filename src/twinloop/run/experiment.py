@@ -30,7 +30,8 @@ class EpisodeResult:
         ticks: control ticks taken.
         control_hz: ticks per second of controller compute (``act`` time only).
         fallbacks: ticks where refinement failed and the base proposal was used.
-        failure: why the episode failed beyond recovery (``task.failure``), or ``""``.
+        failure: why the episode failed beyond recovery (the world's ``info["failure"]``, e.g.
+            an unstable simulation, else ``task.failure``), or ``""``.
         qpos: ``(ticks+1, nq)`` true positions (for videos); ``None`` for worlds without truth.
         ghosts: per tick, the candidates' rollouts summarized for videos (if recorded).
         recorder: the episode recorder (if recording).
@@ -113,8 +114,9 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
             truth = info.get("qpos")
             q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
             # a world's own verdict, when it gives one, is the judge; otherwise the task's test
-            success = bool(info["success"]) if "success" in info else bool(task.success(q))
-            failure = "" if success else task.failure(q)
+            failure = info.get("failure") or ""  # the world's own: no state after it counts
+            success = not failure and (bool(info["success"]) if "success" in info else bool(task.success(q)))
+            failure = failure or ("" if success else task.failure(q))
             if ((success and stop_on_success) or failure or info.get("terminated") or info.get("truncated")
                     or info.get("tick", k) >= n):
                 break

@@ -10,8 +10,9 @@ A world is what the robot really acts in::
 ``info`` carries at least ``time`` (s, world time of the observation) and ``tick`` (steps
 since reset) and, for simulated worlds, ``qpos``/``qvel`` (the hidden true state, used by
 benchmarks and success tests, never by controllers). A world may also report ``terminated``
-(the episode is over: stop), ``truncated`` (stop: a time limit) and ``success`` (its own
-verdict, which then replaces the task's test).
+(the episode is over: stop), ``truncated`` (stop: a time limit), ``success`` (its own
+verdict, which then replaces the task's test) and ``failure`` (a non-empty reason the episode
+cannot count: it stops there and fails, e.g. a simulation MuJoCo had to reset).
 
 ``world.period`` is the world time (s) one ``step`` advances: the task's control period,
 unless a world is made finer for a real-time wrapper (``SimWorld(task, period=0.01)``).
@@ -124,7 +125,12 @@ class SimWorld(World):
 
     def info(self) -> dict:
         d = self.data
-        return {"time": self.t * self.period, "tick": self.t, "qpos": d.qpos.copy(), "qvel": d.qvel.copy()}
+        out = {"time": self.t * self.period, "tick": self.t, "qpos": d.qpos.copy(), "qvel": d.qvel.copy()}
+        unstable = unstable_reason(d)
+        if unstable:
+            # MuJoCo reset the state mid-episode: what follows is no continuation of the episode
+            out.update(failure=unstable, terminated=True)
+        return out
 
     def true_state(self) -> np.ndarray:
         d = self.data
@@ -135,3 +141,15 @@ class SimWorld(World):
 
     def _actuate(self, action: np.ndarray) -> np.ndarray:
         return action
+
+
+#: MuJoCo's warnings for a state it found non-finite or huge and reset to the model's default
+INSTABILITY_WARNINGS = {mujoco.mjtWarning.mjWARN_BADQPOS: "positions", mujoco.mjtWarning.mjWARN_BADQVEL: "velocities",
+                        mujoco.mjtWarning.mjWARN_BADQACC: "accelerations"}
+
+
+def unstable_reason(data: mujoco.MjData) -> str:
+    """``""``, or why the simulation in ``data`` went unstable since its last ``mj_resetData``
+    (MuJoCo then silently resets the state and counts a warning: the physics step diverged)."""
+    bad = [what for w, what in INSTABILITY_WARNINGS.items() if data.warning[w].number > 0]
+    return f"simulation unstable: MuJoCo reset the state after bad {', '.join(bad)} (time step too large for this physics)" if bad else ""
