@@ -247,8 +247,13 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         raise TwinloopError(f"twin varies {twin.param_space.names} but calibration fits {space.names}")
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
     noise = None if cfg.start_noise is None else state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
-    problem = WindowProblem(task, twin, _windows(task, train, cfg), error, space, cfg.delay_steps or 0,
-                            start_samples=cfg.start_samples, start_noise=noise)
+
+    def window_problem(data: Sequence[Trajectory], delay) -> WindowProblem:
+        """The windows of ``data`` under this fit's error, space, start samples and noise."""
+        return WindowProblem(task, twin, _windows(task, data, cfg), error, space, delay,
+                             start_samples=cfg.start_samples, start_noise=noise)
+
+    problem = window_problem(train, cfg.delay_steps or 0)
     problem, x, n_fit, eiv = _fit(problem, cfg, x0, progress)
     bias, bias_cov, n_boot = np.zeros(len(space)), np.zeros((len(space), len(space))), 0
     if cfg.bootstrap:
@@ -266,9 +271,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         refit_cfg = replace(cfg, delay_steps=int(problem.delay), bootstrap=0)
 
         def refit(data: list[Trajectory]) -> tuple[np.ndarray, int]:
-            p = WindowProblem(task, twin, _windows(task, data, cfg), error, space, problem.delay,
-                              start_samples=cfg.start_samples, start_noise=noise)
-            return _fit(p, refit_cfg, x0, None)[1:3]  # the whole fit again, from where it started
+            return _fit(window_problem(data, problem.delay), refit_cfg, x0, None)[1:3]  # the whole fit again, from where it started
 
         bias, bias_cov, n_boot = bootstrap_bias(x, cfg.bootstrap, simulate, refit, cfg.seed)
     corrected = np.clip(x - bias, space.low, space.high)
@@ -279,8 +282,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
                      max_corr=cfg.max_corr, particles=cfg.particles, seed=cfg.seed)
     hold_err = (float("nan"), float("nan"))
     if held:
-        hp = WindowProblem(task, twin, _windows(task, held, cfg), error, space, problem.delay,
-                           start_samples=cfg.start_samples, start_noise=noise)
+        hp = window_problem(held, problem.delay)
         hr = hp.residuals(np.stack([x0, corrected]))
         hold_err = (_rms(hr[0]), _rms(hr[1]))
     kept = cfg.keep_if_worse and hold_err[1] > hold_err[0]
