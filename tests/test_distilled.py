@@ -580,6 +580,33 @@ def test_collection_noise_perturbs_the_sent_actions_not_the_labels_and_is_seeded
     np.testing.assert_array_equal(noisy.actions, again.actions)
 
 
+def test_a_teacher_tick_whose_refinement_fails_is_labelled_with_the_plan_it_fell_back_to(tmp_path):
+    from twinloop.control import Controller, Refiner
+    from twinloop.plan import make_optimizer
+    from twinloop.run.distill import Labelled
+    from twinloop.run.experiment import run_episodes
+    from twinloop.twin import make_twin
+    from twinloop.worlds import SimWorld
+
+    task = make_task("block-push")
+    refiner = Refiner(task, make_twin("mujoco", task.model), make_optimizer("mppi"), RefinerConfig(num_samples=4, horizon=0.3))
+    refine, calls = refiner.refine, []
+
+    def flaky(*args, **kw):  # the third tick's refinement fails (a diverged twin, a bad plan ...)
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("twin diverged")
+        return refine(*args, **kw)
+
+    refiner.refine = flaky
+    ds = Dataset.create(tmp_path / "d", {"fps": 1.0 / task.control_period, "task": task.name})
+    lab = Labelled(Controller(refiner, task.default_proposer()), None, ds)
+    run_episodes(SimWorld(task), lab, [0], max_ticks=4, record=False, progress=lab.finish)
+    ep = ds.read(0)
+    assert len(ep.plans) == 4 and ep.plans.shape[1:] == (refiner.spec.horizon_ticks, task.nu)
+    np.testing.assert_array_equal(ep.actions[2], ep.plans[2, 0])  # the fallback's plan sent its first action
+
+
 @pytest.mark.parametrize("warm", [True, False])
 def test_the_teacher_is_warm_started_only_when_configured(tmp_path, warm):
     from twinloop.run.distill import DistillRun

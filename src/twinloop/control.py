@@ -454,6 +454,7 @@ class TickInfo:
     result: RefineResult | None = field(default=None, repr=False)
     gap: float = float("nan")
     alarm: str = ""
+    plan: Plan | None = field(default=None, repr=False)  # what the tick sends: the refined plan, or a fallback's
 
 
 class Controller:
@@ -610,10 +611,11 @@ class Controller:
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
             backup = prior if prior is not None else warm
-            return backup, TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}")
+            return backup, TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}",
+                                    plan=backup)
         return res.plan, TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
                                   iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
-                                  optimizer_info=res.optimizer_info, result=res)
+                                  optimizer_info=res.optimizer_info, result=res, plan=res.plan)
 
 
 @dataclass(frozen=True)

@@ -245,7 +245,8 @@ class Labelled:
     def act(self, obs, info: dict | None = None) -> np.ndarray:
         label = self.teacher.act(obs, info)
         tick = self.teacher.last
-        plan = tick.result.plan.actions() if tick.result is not None else label[None]
+        # a tick whose refinement failed labels with the plan it fell back to (same (H, nu) shape)
+        plan = tick.plan.actions() if tick.plan is not None else label[None]
         action = label if self.driver is None else self.driver.act(obs, info)
         if self.noise > 0:
             span = self.task.action_high - self.task.action_low
