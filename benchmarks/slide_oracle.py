@@ -24,7 +24,7 @@ from twinloop.run.experiment import run_episode
 from twinloop.stats import wilson
 from twinloop.twin import make_twin
 from twinloop.worlds import ShiftedWorld
-from twinloop.worlds.shifted import SEVERE_ENGINE
+from twinloop.worlds.shifted import severe_engine
 
 
 def slides(task, severity: int, seed: int, ticks: int) -> bool:
@@ -51,7 +51,7 @@ def main() -> None:
     task, world, proposer, refiner = build(cfg)
     worlds = [s for s in episode_seeds(cfg) if slides(task, args.severity, s, args.ticks)]
     print(f"slide-down worlds: {len(worlds)} of {args.episodes}: {worlds}", flush=True)
-    engine = SEVERE_ENGINE if args.severity >= 3 else None
+    engine = severe_engine(task) if args.severity >= 3 else None
     model = engine.apply(task.model) if engine is not None else task.model
     exact = Refiner(task, make_twin("mujoco", model, task.param_space()), make_optimizer(cfg.optimizer, noise=cfg.noise),
                     cfg.refiner)

@@ -10,7 +10,8 @@ both / only refined / only base / neither).
 
 ``--oracle`` (not a controller: no real robot tells its hidden values) sets the refiner's twin
 to each world's truth: ``params`` its hidden parameters (``Refiner.set_params``), ``engine``
-its parameters and, at severity 3, its solver settings (Euler, elliptic cone, softer contacts).
+its parameters and, at severity 3, its solver settings (Euler at the task's ``euler_step``, elliptic
+cone, softer contacts).
 Add ``--actuation-delay`` with the world's delay for the delay too.
 
     python benchmarks/world_pieces.py --task cloth-fold --severity 3 --seed 0 --first 0 --count 10 \
@@ -41,7 +42,7 @@ from twinloop.stats import wilson
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 from twinloop.worlds import ShiftedWorld
-from twinloop.worlds.shifted import SEVERE_ENGINE
+from twinloop.worlds.shifted import severe_engine
 
 
 def oracle_controller(cfg: RunConfig, oracle: str, seed: int) -> tuple:
@@ -49,7 +50,7 @@ def oracle_controller(cfg: RunConfig, oracle: str, seed: int) -> tuple:
     for ``engine`` at severity >= 3, its solver settings)."""
     task, world, proposer, refiner = build(cfg, check_twin=False)
     if oracle == "engine" and cfg.severity >= 3:
-        twin = make_twin(cfg.backend, SEVERE_ENGINE.apply(task.model), task.param_space())
+        twin = make_twin(cfg.backend, severe_engine(task).apply(task.model), task.param_space())
         refiner = type(refiner)(task, twin, refiner.optimizer, cfg.refiner)
     refiner.set_params(ShiftedWorld(task, cfg.severity, seed).hidden_params[None])
     return world, Controller(refiner, proposer)

@@ -657,3 +657,19 @@ def test_the_teacher_is_warm_started_only_when_configured(tmp_path, warm):
     run = DistillRun(cfg, tmp_path, log=lambda msg: None)
     assert run.teacher(None).warm_start is warm
     assert run.controller(run.scripted, 8).warm_start  # the controllers evaluated are always warm-started
+
+
+def test_a_comparison_run_takes_a_distilled_policy_as_its_base(trained, task, tmp_path):
+    from twinloop.run.compare import RunConfig, run_comparison
+
+    policy, _ = trained
+    path = policy.save(tmp_path / "p.pt")
+    cfg = RunConfig(task=task.name, proposer="distilled", checkpoint=str(path), episodes=1, max_ticks=2, video=False,
+                    record=False, refiner=RefinerConfig(num_samples=4, horizon=0.2), out=str(tmp_path / "run"))
+    summary = run_comparison(cfg, log=lambda m: None)
+    assert [r["controller"] for r in summary["results"]] == ["base", "refined"]
+    assert summary["config"]["checkpoint"] == str(path)
+    with pytest.raises(TwinloopError, match="does not take option"):  # only the distilled proposer loads a file
+        run_comparison(replace(cfg, proposer="scripted", out=str(tmp_path / "s")), log=lambda m: None)
+    with pytest.raises(TwinloopError, match="needs checkpoint"):
+        run_comparison(replace(cfg, checkpoint=None, out=str(tmp_path / "n")), log=lambda m: None)

@@ -73,6 +73,13 @@ def test_severe_shift_changes_solver_settings(task):
     assert np.all(severe.geom_solref[:, 0] > nominal.geom_solref[:, 0])
 
 
+def test_a_severe_world_keeps_the_scene_timestep_of_a_task_that_declares_no_euler_step(task):
+    assert task.euler_step is None
+    severe = ShiftedWorld(task, severity=3, seed=0)
+    assert severe.model.opt.timestep == task.model.opt.timestep and severe.delay_steps == 8
+    assert severe.describe()["engine"] == "integrator=euler+cone=elliptic+timeconst=2"
+
+
 def test_delay_holds_the_previous_command_for_delay_steps(task):
     w = ShiftedWorld(task, severity=2, seed=0)
     assert w.delay_steps > 0

@@ -77,6 +77,7 @@ def run(
     world: str = typer.Option(r.world, help=one_of(WORLDS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
+    checkpoint: str = typer.Option(None, help="The policy file of --proposer distilled (saved by twinloop distill)."),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
     seed: int = typer.Option(r.seed),
     world_per_episode: bool = typer.Option(r.world_per_episode, help="A world distribution: each episode in its own "
@@ -120,7 +121,7 @@ def run(
                    prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin,
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
-                   proposer=proposer, episodes=episodes, seed=seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
+                   proposer=proposer, checkpoint=checkpoint, episodes=episodes, seed=seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),

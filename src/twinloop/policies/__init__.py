@@ -28,7 +28,8 @@ def _scripted(task):
 
 def _distilled(task, checkpoint: str | None = None):
     if not checkpoint:
-        raise TwinloopError("proposer 'distilled' needs checkpoint=PATH (a policy saved by twinloop distill)")
+        raise TwinloopError("proposer 'distilled' needs checkpoint=PATH (`twinloop run --checkpoint PATH`): a policy "
+                            "saved by twinloop distill")
     from twinloop.policies.distilled import DistilledPolicy  # needs the [learn] extra (torch)
 
     return DistilledPolicy.load(checkpoint, task)

@@ -69,6 +69,8 @@ class RunConfig:
         severity: ShiftedWorld severity (0-3).
         proposer: ``scripted`` (the task's own) | ``none`` (refinement from scratch; no
             baseline row); see ``twinloop.policies.PROPOSERS``.
+        checkpoint: the policy file of proposer ``distilled`` (saved by ``twinloop distill``);
+            only that proposer takes one.
         episodes: episodes per controller.
         seed: seeds the world's hidden physics and, with the episode index, each episode.
         world_per_episode: a world distribution: each episode in its own world, whose world seed
@@ -125,6 +127,7 @@ class RunConfig:
     world: str = "shifted"
     severity: int = 2
     proposer: str = "scripted"
+    checkpoint: str | None = None
     episodes: int = 20
     seed: int = 0
     world_per_episode: bool = False
@@ -203,7 +206,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.world_per_episode else world_of(cfg.seed)
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
-    proposer = make_proposer(task, cfg.proposer)
+    proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
     if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):

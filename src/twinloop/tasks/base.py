@@ -72,6 +72,13 @@ class Task:
         sampling_noise: the sampling noise such a run uses when not told one, a fraction of
             each action's half-range (``None``: the optimizer's own default). Tasks whose action
             bounds span far more than one tick's useful motion want it small.
+        euler_step: the physics step (s) of a world that integrates this scene with explicit
+            Euler (a severity-3 :class:`~twinloop.worlds.ShiftedWorld`), or ``None``: the
+            scene's own timestep. A scene whose stiff terms an explicit step cannot follow at
+            its timestep declares a smaller one (a velocity gain ``c`` on a body of mass ``m``
+            diverges for ``dt c / m > 2``), so that its severe world stays a physical world and
+            not an integration artefact no twin parameter can express. It must divide
+            ``control_period``.
     """
 
     name: str = "task"
@@ -84,6 +91,7 @@ class Task:
     gym_id: str | None = None
     optimizer: str = "mppi"
     sampling_noise: float | None = None
+    euler_step: float | None = None
 
     # -- scene -------------------------------------------------------------------------------
 

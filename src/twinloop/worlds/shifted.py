@@ -12,7 +12,10 @@
 - **actuation delay**: each action reaches the actuators ``delay_steps`` physics steps late
   (a queue of per-step controls, filled with the hold action at reset);
 - at severity >= 3, **other solver settings**: Euler integrator instead of the twin's, an
-  elliptic friction cone and contacts twice as soft (``geom_solref`` time constant x2).
+  elliptic friction cone and contacts twice as soft (``geom_solref`` time constant x2), at the
+  task's ``euler_step`` where it declares one (:func:`severe_engine`; the deformables' 2 ms, so
+  that an explicit step integrates their gram-scale points stably) and at the scene's own
+  timestep otherwise.
 
 Severity 0 is the nominal twin exactly (no noise, no delay). Levels::
 
@@ -22,9 +25,14 @@ Severity 0 is the nominal twin exactly (no noise, no delay). Levels::
     angle noise       0     0.003  0.005      0.01 rad
     velocity noise    0     0.005  0.01       0.02 (m/s or rad/s)
     delay (steps)     0     2      4          8       (x timestep: 10, 20, 40 ms at 5 ms)
+
+The delay is counted in steps of the task's timestep and kept in seconds when the severe
+engine's step differs (:class:`TwinWorld` rescales it: 8 steps of 10 ms = 40 steps of 2 ms).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,6 +47,12 @@ ANG_NOISE = (0.0, 0.003, 0.005, 0.01)
 VEL_NOISE = (0.0, 0.005, 0.01, 0.02)
 DELAY_STEPS = (0, 2, 4, 8)
 SEVERE_ENGINE = Engine(integrator="euler", cone="elliptic", timeconst=2.0)  # severity >= 3
+
+
+def severe_engine(task: Task) -> Engine:
+    """The solver settings of ``task``'s severity-3 world: :data:`SEVERE_ENGINE` at the task's
+    ``euler_step`` (``None``: the scene's own timestep)."""
+    return SEVERE_ENGINE if task.euler_step is None else replace(SEVERE_ENGINE, timestep=task.euler_step)
 
 
 def shifted_params(task: Task, severity: int, seed: int) -> np.ndarray:
@@ -67,7 +81,7 @@ def shift_settings(task: Task, severity: int) -> dict:
     """What a shifted world of ``severity`` changes besides the physical parameters, as
     :class:`TwinWorld` keywords: actuation delay, observation noise, engine."""
     return {"delay_steps": DELAY_STEPS[severity], "obs_noise": noise_scales(task, severity),
-            "engine": SEVERE_ENGINE if severity >= 3 else None}
+            "engine": severe_engine(task) if severity >= 3 else None}
 
 
 def nominal_counterpart(task: Task, severity: int, period: float | None = None) -> TwinWorld:

@@ -106,6 +106,7 @@ class TwinWorld(SimWorld):
                 "integrator": mujoco.mjtIntegrator(opt.integrator).name,
                 "cone": mujoco.mjtCone(opt.cone).name,
                 "solref_scale": float(self.engine.timeconst),
+                "timestep": float(opt.timestep),
             },
         }
 
