@@ -21,6 +21,10 @@ the standard evaluation seeds (``DistillConfig.eval_seeds``: 0..N-1 for seed 0):
   training samples in standardized context (the policy's own context, targets and anchor:
   ``--frame``, ``--residual``, ``--labels``, ``--smooth`` as :class:`PolicyConfig`), alone in the
   world (and in twin-worlds on its training starts). ``train`` takes the same options.
+- ``memory``: the policy's own memory learners (``PolicyConfig.learner`` ``neighbours``: the
+  mean of the k nearest samples; ``local``: their local linear fit, ``ridge`` on its slopes),
+  fitted once on some groups and evaluated alone in the world for each ``LEARNER:K[:RIDGE]``,
+  on the evaluation seeds from ``--first`` on (0: the standard 20; 20: twenty more).
 - ``collect``: teacher episodes (scripted + MPPI at K) in twin-worlds, optionally with DART
   noise, into a dataset.
 
@@ -217,6 +221,27 @@ def retrieve(a) -> None:
                   f"error {np.mean([r.final_error for r in res]):.3f}", flush=True)
 
 
+def memory(a) -> None:
+    from dataclasses import replace
+
+    run = make_run(a.run, a.scratch, episodes=a.first + a.n)
+    g = groups(a.run)
+    demos = [d for k in a.groups.split(",") for d in g[k][: a.limit or None]]
+    cfg = PolicyConfig(chunk=5, n_obs_steps=a.n_obs, frame=a.frame, labels=a.labels, smooth=a.smooth,
+                       residual=a.residual, learner="neighbours")
+    policy, log = DistilledPolicy.fit(run.task, demos, cfg)
+    seeds = run.cfg.eval_seeds()[a.first:]
+    for variant in a.learners.split(","):
+        learner, k, *ridge = variant.split(":")
+        policy.config = replace(cfg, learner=learner, neighbours=int(k), ridge=float(ridge[0]) if ridge else cfg.ridge)
+        t0 = time.perf_counter()
+        res = run.episodes("", run.world, run.controller(policy, 32, refine=False), seeds)
+        wins = [r.ticks for r in res if r.success]
+        print(f"{variant} ({log.samples} samples), seeds {seeds[0]}..{seeds[-1]}: alone {len(wins)}/{len(res)}, mean final "
+              f"error {1e3 * np.mean([r.final_error for r in res]):.1f} mm, ticks of wins {np.mean(wins) if wins else 0:.0f} "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
 def collect(a) -> None:
     run = make_run(a.run, a.scratch, collect=8000, teacher_warm=not a.cold)
     seeds = run.cfg.collect_seeds()[a.start: a.start + a.count]
@@ -268,6 +293,11 @@ def main() -> None:
     b = sub.add_parser("baseline")
     b.add_argument("--name", default="refined")
     b.add_argument("--ks", default="64")
+    m = sub.add_parser("memory")
+    m.add_argument("--groups", default="twin/collect")
+    m.add_argument("--learners", default="neighbours:4,local:64:1", help="LEARNER:K[:RIDGE],...")
+    m.add_argument("--first", type=int, default=0, help="index of the first evaluation seed")
+    representation_options(m)
     c = sub.add_parser("collect")
     c.add_argument("--start", type=int, default=40)
     c.add_argument("--count", type=int, default=360)
@@ -280,7 +310,7 @@ def main() -> None:
     rt.add_argument("--twin", type=int, default=10, help="episodes in twin-worlds on training starts (0: none)")
     a = ap.parse_args()
     {"labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "baseline": baseline, "collect": collect,
-     "retrieve": retrieve}[a.cmd](a)
+     "retrieve": retrieve, "memory": memory}[a.cmd](a)
 
 
 if __name__ == "__main__":

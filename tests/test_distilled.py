@@ -20,6 +20,7 @@ from twinloop.policies.distilled import (
     context,
     fit_chunks,
     histories,
+    local_linear,
     require_torch,
     split_episodes,
     train_steps,
@@ -296,6 +297,74 @@ def test_a_neighbours_policy_reloads_with_identical_outputs(torch, task, tmp_pat
         np.testing.assert_array_equal(loaded.propose(o, None), policy.propose(o, None))
     with pytest.raises(TwinloopError, match="no flow-matching loss"):
         loaded.loss(demos)
+
+
+def linear_demos(task, n=4, T=25, H=3, seed=0):
+    """Demos whose plan is an affine map of the observation (every action well inside bounds)."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(0.0, 0.5, (len(task.obs_names), task.nu))
+    demos = []
+    for _ in range(n):
+        obs = rng.normal(0.0, 0.05, (T, len(task.obs_names)))
+        first = 0.05 + obs @ a
+        demos.append(Demo(obs, first, first[:, None, :] + 0.01 * np.arange(H)[None, :, None]))
+    return demos
+
+
+def test_local_linear_reproduces_an_affine_map_at_the_query():
+    rng = np.random.default_rng(1)
+    dx, w = rng.normal(size=(12, 3)), rng.normal(size=(3, 2))
+    y = np.array([0.5, -1.0]) + dx @ w
+    np.testing.assert_allclose(local_linear(dx, y, ridge=0.0), [0.5, -1.0], atol=1e-12)
+    assert not np.allclose(y.mean(axis=0), [0.5, -1.0])  # the mean of the same samples is biased
+
+
+def test_local_linear_falls_back_to_the_mean_of_its_samples():
+    rng = np.random.default_rng(2)
+    dx, y = rng.normal(size=(6, 3)), rng.normal(size=(6, 2))
+    np.testing.assert_allclose(local_linear(dx[:1], y[:1], ridge=0.0), y[0])  # one sample: its target
+    np.testing.assert_allclose(local_linear(dx, y, ridge=1e12), y.mean(axis=0), atol=1e-9)  # slopes forced to zero
+
+
+def test_a_local_policy_reproduces_a_linear_map_where_the_mean_of_neighbours_does_not(torch, task):
+    demos, probe = linear_demos(task), linear_demos(task, n=1, seed=0)
+    unseen = probe[0].obs[0] + 0.01  # between the samples, not one of them
+    want = 0.05 + unseen @ np.random.default_rng(0).normal(0.0, 0.5, (len(task.obs_names), task.nu))
+    local, _ = DistilledPolicy.fit(task, demos, replace(CFG, learner="local", neighbours=40, ridge=0.0))
+    local.reset(0)
+    np.testing.assert_allclose(local.propose(unseen, None)[0], want, atol=1e-9)
+    mean, _ = DistilledPolicy.fit(task, demos, replace(CFG, learner="neighbours", neighbours=40))
+    mean.reset(0)
+    assert np.abs(mean.propose(unseen, None)[0] - want).max() > 1e-3
+
+
+def test_a_memory_with_fewer_samples_than_its_k_uses_them_all(torch, task):
+    demo = linear_demos(task, n=1, T=3)
+    for learner in ("neighbours", "local"):
+        policy, log = DistilledPolicy.fit(task, demo, replace(CFG, learner=learner, neighbours=64))
+        assert log.samples == 3
+        policy.reset(0)
+        got = policy.propose(demo[0].obs[1] + 0.003, None)
+        assert np.all(np.isfinite(got)) and got.shape == (3, task.nu)
+    one, _ = DistilledPolicy.fit(task, [Demo(demo[0].obs[:1], demo[0].actions[:1], demo[0].plans[:1])],
+                                 replace(CFG, learner="local", neighbours=64, relative=False))
+    one.reset(0)
+    np.testing.assert_allclose(one.propose(demo[0].obs[2], None), demo[0].plans[0], atol=1e-12)  # the only label
+
+
+def test_a_local_policy_reloads_with_its_ridge_and_identical_outputs(torch, task, tmp_path):
+    demos = synthetic_demos(task)
+    policy, _ = DistilledPolicy.fit(task, demos, replace(CFG, learner="local", neighbours=16, ridge=0.5, residual=True))
+    loaded = DistilledPolicy.load(policy.save(tmp_path / "local.pt"), task)
+    assert (loaded.config.learner, loaded.config.neighbours, loaded.config.ridge) == ("local", 16, 0.5)
+    policy.reset(0), loaded.reset(0)
+    for o in synthetic_demos(task, n=1, seed=4)[0].obs[:3]:
+        np.testing.assert_array_equal(loaded.propose(o, None), policy.propose(o, None))
+
+
+def test_a_negative_ridge_is_refused():
+    with pytest.raises(TwinloopError, match="ridge"):
+        PolicyConfig(ridge=-1.0)
 
 
 def test_a_task_without_a_policy_frame_is_seen_in_the_world_frame(task):

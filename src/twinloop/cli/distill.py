@@ -93,7 +93,8 @@ def distill(
     residual: bool = typer.Option(d.policy.residual, help="The policy predicts a correction of the task's scripted proposer's chunk."),
     labels: str = typer.Option(d.policy.labels, help=one_of(LABELS, "A chunk label:")),
     learner: str = typer.Option(d.policy.learner, help=one_of(LEARNERS, "What maps a context to a chunk:")),
-    neighbours: int = typer.Option(d.policy.neighbours, help="Samples a 'neighbours' policy averages."),
+    neighbours: int = typer.Option(d.policy.neighbours, help="Samples a 'neighbours' policy averages or a 'local' one fits."),
+    ridge: float = typer.Option(d.policy.ridge, help="Penalty on the slopes of a 'local' policy's fit (standardized context units)."),
     smooth: int = typer.Option(d.policy.smooth, help="Moving average over ticks of 'decisions' labels (1: none)."),
     width: int = typer.Option(d.policy.width, help="Width of the policy's residual blocks."),
     depth: int = typer.Option(d.policy.depth, help="Residual blocks of the policy."),
@@ -120,7 +121,7 @@ def distill(
                                        execute=execute, ensemble=None if ensemble < 0 else ensemble,
                                        temperature=temperature, average=average, frame=frame,
                                        residual=residual, labels=labels, smooth=smooth,
-                                       learner=learner, neighbours=neighbours),
+                                       learner=learner, neighbours=neighbours, ridge=ridge),
                         max_ticks=max_ticks or None, seed=seed, out=out)
     console.print(f"[bold]twinloop distill[/] {cfg.task}: {cfg.rounds} round(s), {cfg.optimizer} K={cfg.refiner.num_samples}, "
                   f"{cfg.world} world")

@@ -53,7 +53,9 @@ from twinloop.tasks.base import Task
 FORMAT_VERSION = 2
 KIND = "twinloop.flow_chunk_policy"
 #: what maps a context to a chunk (PolicyConfig.learner)
-LEARNERS = ("flow", "neighbours")
+LEARNERS = ("flow", "neighbours", "local")
+#: learners that keep every training sample instead of a network
+MEMORIES = ("neighbours", "local")
 #: what a chunk label is (PolicyConfig.labels)
 LABELS = ("plan", "decisions")
 LEARN_HINT = "pip install 'twinloop[learn]'"
@@ -118,8 +120,15 @@ class PolicyConfig:
             copies of that mean; the held-out and training-step knobs do not act). With
             ``residual`` on push-t the memory succeeds alone where the network does not: the
             network's fit averages the teacher's corrections over many episodes, the memory
-            follows the few nearest ones.
-        neighbours: samples a ``neighbours`` policy averages.
+            follows the few nearest ones. ``local``: the same memory, but a locally linear
+            fit (:func:`local_linear`) of the targets of the ``neighbours`` nearest samples,
+            evaluated at the query: where the mean of neighbours lying to one side of the
+            query is biased toward them, the local fit follows the trend through them.
+        neighbours: samples a ``neighbours`` policy averages or a ``local`` one fits (at most
+            the number of training samples).
+        ridge: penalty on the slopes of a ``local`` fit, in standardized context units; the
+            intercept is not penalized, so a large ridge tends to the neighbours' mean and 0
+            fits the slopes exactly (least norm where the neighbours do not determine them).
         labels: what a chunk label is, for demos with ``plans``: ``plan`` (the refined plan of
             the tick, cut or held to ``chunk`` ticks) | ``decisions`` (the first action of each
             tick's plan, the teacher's decision there, for this tick and the ``chunk - 1`` after
@@ -167,6 +176,7 @@ class PolicyConfig:
     residual: bool = False
     learner: str = "flow"
     neighbours: int = 4
+    ridge: float = 1.0
     labels: str = "plan"
     smooth: int = 1
     execute: int = 1
@@ -187,6 +197,7 @@ class PolicyConfig:
         object.__setattr__(self, "weight_decay", number(self.weight_decay, "weight_decay", low=0))
         object.__setattr__(self, "ema", number(self.ema, "ema", low=0, high=1, high_open=True))
         object.__setattr__(self, "temperature", number(self.temperature, "temperature", low=0))
+        object.__setattr__(self, "ridge", number(self.ridge, "ridge", low=0))
         if self.epochs is not None:
             object.__setattr__(self, "epochs", number(self.epochs, "epochs", low=0, low_open=True))
         if self.patience is not None:
@@ -378,6 +389,23 @@ def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int
     return x[keep], y[keep], len(x) - len(keep)
 
 
+def local_linear(dx: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    """The value at the query of a linear fit to ``(k, C)`` context offsets ``dx`` (sample
+    minus query) and their ``(k, D)`` targets ``y``: ``(D,)``.
+
+    Ridge regression with an unpenalized intercept (``ridge`` on the slopes), solved on the
+    centred samples: ``W = argmin |(dx - mean) W - (y - mean)|^2 + ridge |W|^2`` and the
+    answer ``mean(y) - mean(dx) W``. One sample, or slopes that ``ridge`` forces to zero, give
+    the mean of ``y``; with ``ridge`` 0 and too few samples to fix every slope, the least-norm
+    slopes (no direction the samples do not span is extrapolated along)."""
+    dx, y = np.asarray(dx, dtype=float), np.asarray(y, dtype=float)
+    dm, ym = dx.mean(axis=0), y.mean(axis=0)
+    a = np.concatenate([dx - dm, math.sqrt(ridge) * np.eye(dx.shape[1])])
+    b = np.concatenate([y - ym, np.zeros((dx.shape[1], y.shape[1]))])
+    w = np.linalg.lstsq(a, b, rcond=None)[0]
+    return ym - dm @ w
+
+
 def split_episodes(demos: Sequence, fraction: float, seed: int) -> tuple[list, list]:
     """``demos`` -> (training, held-out) episodes: ``round(fraction * n)`` held out (at least
     one when ``fraction > 0`` and ``n >= 2``), chosen by ``seed``. Whole episodes, so that the
@@ -482,7 +510,7 @@ class DistilledPolicy:
 
     @property
     def n_params(self) -> int:
-        """Weights of the network (0 for ``learner="neighbours"``)."""
+        """Weights of the network (0 for a memory: ``learner`` ``neighbours`` or ``local``)."""
         return 0 if self.net is None else int(sum(p.numel() for p in self.net.parameters()))
 
     # -- training ----------------------------------------------------------------------------
@@ -503,7 +531,7 @@ class DistilledPolicy:
         cfg = config or PolicyConfig()
         horizon = cfg.chunk or max(1, int(round(task.horizon / task.control_period)))
         t0 = time.perf_counter()
-        if cfg.learner == "neighbours":  # a memory of every sample: nothing to hold out
+        if cfg.learner in MEMORIES:  # a memory of every sample: nothing to hold out
             x, y, dup = training_arrays(task, demos, cfg, horizon)
             stats = {"x_mean": x.mean(0), "x_std": _std(x), "y_mean": y.mean(0), "y_std": _std(y)}
             stats.update(memory_x=(x - stats["x_mean"]) / stats["x_std"], memory_y=(y - stats["y_mean"]) / stats["y_std"])
@@ -530,7 +558,7 @@ class DistilledPolicy:
         seeded draws of noise and flow time per sample."""
         torch = self.torch
         if self.net is None:
-            raise TwinloopError("a nearest-neighbour policy (learner='neighbours') has no flow-matching loss")
+            raise TwinloopError(f"a memory policy (learner={self.config.learner!r}) has no flow-matching loss")
         x, y, _ = training_arrays(self.task, demos, self.config, self.horizon)
         xn = torch.as_tensor((x - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
         yn = torch.as_tensor((y - self.stats["y_mean"]) / self.stats["y_std"], dtype=torch.float32)
@@ -620,13 +648,12 @@ class DistilledPolicy:
 
     def _sample(self, o: np.ndarray, x0: np.ndarray) -> np.ndarray:
         """Flow ``(B, D)`` noise to ``(B, H, nu)`` chunks for observation ``o`` (a memory:
-        ``B`` copies of the mean target of the nearest samples, the noise unused)."""
+        ``B`` copies of :meth:`_recall`, the noise unused)."""
         torch = self.torch
         c = context(self.task, self._window(o), self.config.frame)
         cn = (c - self.stats["x_mean"]) / self.stats["x_std"]
         if self._memory is not None:
-            _, idx = self._memory.query(cn, k=self.config.neighbours)
-            yn = np.repeat(self.stats["memory_y"][np.atleast_1d(idx)].mean(axis=0)[None], len(x0), axis=0)
+            yn = np.repeat(self._recall(cn)[None], len(x0), axis=0)
         else:
             x = torch.as_tensor(x0, dtype=torch.float32)
             with torch.inference_mode(), _threads(torch, 1):
@@ -635,6 +662,16 @@ class DistilledPolicy:
         y = (yn * self.stats["y_std"] + self.stats["y_mean"]).reshape(len(yn), *self.chunk_shape)
         y = world_chunks(self.task, np.broadcast_to(o, (len(y), len(o))), y, self._base_chunk(o), self.config)
         return np.clip(y, self.task.action_low, self.task.action_high)
+
+    def _recall(self, cn: np.ndarray) -> np.ndarray:
+        """A memory's normalized target ``(H*nu,)`` at normalized context ``cn``: the mean of
+        the nearest samples' (``neighbours``) or their local linear fit's value (``local``)."""
+        _, idx = self._memory.query(cn, k=min(self.config.neighbours, self._memory.n))
+        idx = np.atleast_1d(idx)
+        y = self.stats["memory_y"][idx]
+        if self.config.learner == "neighbours":
+            return y.mean(axis=0)
+        return local_linear(self.stats["memory_x"][idx] - cn, y, self.config.ridge)
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -694,7 +731,7 @@ class DistilledPolicy:
         if meta["context_dim"] != n_ctx:
             raise TwinloopError(f"{path} expects {meta['context_dim']} context inputs; task {task.name!r} gives {n_ctx}")
         stats = {k: v.numpy() for k, v in blob["stats"].items()}
-        if cfg.learner == "neighbours":
+        if cfg.learner in MEMORIES:
             return cls(task, None, stats, cfg, meta["chunk"])
         net = _velocity_net(torch, n_ctx, meta["chunk"] * task.nu, cfg)
         try:

@@ -396,7 +396,7 @@ class DistillRun:
         state["summary"]["rounds"] = [r for r in state["summary"]["rounds"] if r["round"] != round_] + [rec]
         held = f", held-out loss {rec['val_loss']:.3f} at step {log.best_step}" if log.val_losses else ""
         fitted = (f"{log.steps} steps, loss {log.losses[0]:.3f} -> {log.losses[-1]:.3f}{held}" if log.losses
-                  else "a nearest-neighbour memory")
+                  else f"a memory ({policy.config.learner}, k={policy.config.neighbours})")
         self.log(f"round {round_}: trained {policy.n_params / 1e6:.2f} M parameters on {len(demos)} episodes "
                  f"({log.samples} samples, {log.duplicates} duplicates dropped), {fitted} in {log.seconds:.0f} s")
         return []
