@@ -686,6 +686,24 @@ def test_the_teacher_is_warm_started_only_when_configured(tmp_path, warm):
     assert run.controller(run.scripted, 8).warm_start  # the controllers evaluated are always warm-started
 
 
+def test_a_run_on_the_nominal_twin_collects_there_without_touching_the_world(tmp_path):
+    from twinloop.run.distill import DistillRun
+
+    cfg = DistillConfig(task="block-push", world="shifted", posterior="nominal", out=str(tmp_path))
+    run = DistillRun(cfg, tmp_path, log=lambda msg: None)
+
+    def refuse(seed):
+        raise AssertionError("the world was reset for calibration")
+
+    run.world.reset = refuse
+    run.calibrate()
+    for i in range(3):
+        tw = run.twin_world(i)
+        np.testing.assert_array_equal(tw.params, run.task.param_space().nominal)
+        assert tw.delay_steps == 0 and not np.any(tw.obs_noise)
+    assert not (tmp_path / "posterior.json").exists()  # nothing was calibrated
+
+
 def test_a_comparison_run_takes_a_distilled_policy_as_its_base(trained, task, tmp_path):
     from twinloop.run.compare import RunConfig, run_comparison
 

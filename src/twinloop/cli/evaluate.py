@@ -45,7 +45,7 @@ def evaluate(
     calib_ticks: int = typer.Option(e.calib_ticks, help="Their length (ticks)."),
     calib_seed: int = typer.Option(None, help="Seed of the excitation episodes and the noise estimate (default: --seed); "
                                    "pieces of one evaluation on new seeds pass the same one, so they share one twin."),
-    posterior: str = typer.Option(None, help="Use this posterior.json (twinloop calibrate) instead of calibrating."),
+    posterior: str = typer.Option(None, help="Use this posterior.json (twinloop calibrate) instead of calibrating (nominal: the nominal twin, uncalibrated)."),
     models: str = typer.Option("", help="Saved learned twins as more twin-worlds, comma-separated backend=path (learned=l.pt, hybrid=h.pt)."),
     engines: str = typer.Option("", help="Engine variants for the cross-engine report, comma-separated knob=value[+knob=value] "
                                 "(integrator, cone, timeconst, dampratio, iterations, timestep); 'sweep': " + ", ".join(DEFAULT_SWEEP) + "."),

@@ -92,7 +92,9 @@ class DistillConfig:
         calib: calibration of the twin-worlds the twin data come from.
         calib_episodes: excitation episodes recorded in the world for it.
         calib_ticks: their length (ticks).
-        posterior: a saved posterior (``posterior.json``) to use instead of calibrating.
+        posterior: a saved posterior (``posterior.json``) to use instead of calibrating;
+            ``"nominal"``: no calibration, every twin-world is the nominal twin (nominal
+            parameters, no delay, no observation noise): a policy trained on the model alone.
         teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
             K; refinement alone for a task without one) | ``policy`` (the current policy
             refined at K; round 1's data always come from the scripted teacher).

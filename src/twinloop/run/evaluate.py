@@ -90,7 +90,7 @@ class EvaluateConfig:
         calib_seed: seeds the excitation episodes and the noise estimate (default: ``seed``); runs
             that pool into one evaluation (new seeds, same twin) pass the same one.
         posterior: a saved posterior (``posterior.json`` of ``twinloop calibrate``) to use
-            instead of calibrating.
+            instead of calibrating; ``"nominal"``: the nominal twin, uncalibrated.
         models: saved learned twins as more twin-worlds, ``backend=path`` (``learned=l.pt``,
             ``hybrid=h.pt``), each stepped as a :class:`~twinloop.worlds.twin.ModelWorld`.
         engines: engine variants for the cross-engine report (``Engine.parse`` strings).
@@ -170,6 +170,10 @@ class EvaluateConfig:
         return [self.calib_base_seed() * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
 
 
+#: the ``posterior`` value that stands for the uncalibrated nominal twin (see :func:`calibrated_twin`)
+NOMINAL_TWIN = "nominal"
+
+
 @dataclass(frozen=True)
 class TwinEstimate:
     """What the calibrated twin-world carries: parameters, delay, observation noise."""
@@ -191,7 +195,12 @@ def calibrated_twin(task, world, calib: CalibConfig, seeds, ticks: int, posterio
                     seed: int = 0, log: Callable[[str], None] = print) -> TwinEstimate:
     """Record an excitation episode (``task.excitation``) of ``ticks`` ticks in ``world`` per seed,
     fit the twin's parameters to them with ``calib`` (or load the saved ``posterior``) and
-    estimate the observation noise from the same data."""
+    estimate the observation noise from the same data. ``posterior="nominal"``
+    (:data:`NOMINAL_TWIN`) records nothing and returns the nominal twin itself: nominal
+    parameters, no delay, no observation noise (a model that knows nothing of the world)."""
+    if posterior == NOMINAL_TWIN:
+        log("no calibration: the nominal twin (nominal parameters, no delay, no observation noise)")
+        return TwinEstimate(task.param_space().nominal, 0, np.zeros(len(task.obs_names)))
     trajs = [record_trajectory(world, task.excitation(s), s, ticks) for s in seeds]
     if posterior:
         try:
