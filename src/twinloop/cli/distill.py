@@ -64,7 +64,7 @@ def distill(
     severity: int = typer.Option(d.severity, help="ShiftedWorld severity 0-3."),
     rounds: int = typer.Option(d.rounds, help="Train -> evaluate -> aggregate rounds."),
     episodes: int = typer.Option(d.episodes, help="Evaluation episodes per controller (same seeds every round)."),
-    collect: int = typer.Option(d.collect, help="Teacher episodes in calibrated twin-worlds before round 1."),
+    collect: int = typer.Option(d.collect, help="Teacher episodes in twin-worlds (calibrated, or the nominal twin) before round 1."),
     collect_noise: float = typer.Option(d.collect_noise, help="Noise on the teacher's actions while collecting (fraction of the action range; DART)."),
     twin_dagger: int = typer.Option(d.twin_dagger, help="Twin episodes per round: the policy drives, the teacher labels."),
     dagger_episodes: int = typer.Option(d.dagger_episodes, help="World episodes of policy + refinement per round."),

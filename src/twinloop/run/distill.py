@@ -359,7 +359,7 @@ class DistillRun:
         got = self.twin_episodes("collect (twin)", lambda: Labelled(self.teacher(None), None, ds, self.cfg.collect_noise),
                                  self.cfg.collect_seeds())
         state["summary"]["collect"] = {"episodes": len(got), "successes": int(sum(r.success for r in got))}
-        self.log(f"collected {len(got)} teacher episodes in calibrated twin-worlds: "
+        self.log(f"collected {len(got)} teacher episodes in twin-worlds: "
                  f"{sum(r.success for r in got)}/{len(got)} succeeded")
         return [rel]
 
