@@ -14,8 +14,15 @@ its parameters and, at severity 3, its solver settings (Euler at the task's ``eu
 cone, softer contacts).
 Add ``--actuation-delay`` with the world's delay for the delay too.
 
+``--one-world`` runs the plain comparison in pieces instead: every episode in the shifted world
+of seed ``--seed`` (``twinloop run`` without ``--world-per-episode``), and ``--checkpoint``,
+``--noise``, ``--prior-margin`` pass on as ``twinloop run``'s options do (a distilled base whose
+refined episodes at ``--particles 4`` take longer than one turn of the lock).
+
     python benchmarks/world_pieces.py --task cloth-fold --severity 3 --seed 0 --first 0 --count 10 \
         --proposer open-loop --exact-prior -k 64 --horizon 1 --out /tmp/x.jsonl
+    python benchmarks/world_pieces.py --task rope-shape --one-world --first 0 --count 10 --proposer distilled \
+        --checkpoint policy_round1.pt --exact-prior -k 64 --horizon 1 --particles 4 --out /tmp/y.jsonl
     python benchmarks/world_pieces.py --tally /tmp/x.jsonl
 """
 
@@ -58,10 +65,10 @@ def oracle_controller(cfg: RunConfig, oracle: str, seed: int) -> tuple:
 
 def run_piece(a) -> None:
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, iterations=a.iterations, exact_prior=a.exact_prior,
-                       actuation_delay=a.actuation_delay)
+                       actuation_delay=a.actuation_delay, prior_margin=a.prior_margin)
     cfg = RunConfig(task=a.task, severity=a.severity, seed=a.seed, episodes=a.first + a.count,
-                    world_per_episode=True, proposer=a.proposer, refiner=rc, particles=a.particles,
-                    monitor=a.monitor, video=False, record=False)
+                    world_per_episode=not a.one_world, proposer=a.proposer, checkpoint=a.checkpoint, refiner=rc,
+                    noise=a.noise, particles=a.particles, monitor=a.monitor, video=False, record=False)
     task, world, proposer, refiner = build(cfg)
     watch = calibrate_monitor(cfg, task, proposer, refiner, world.period)[0] if cfg.monitor else None
     n_ticks = world_ticks(cfg, task, world)
@@ -81,7 +88,7 @@ def run_piece(a) -> None:
                 row[name] = {"success": r.success, "error": r.final_error, "ticks": r.ticks, "hz": r.control_hz,
                              "failure": r.failure, "refits": stats.get("refits", []),
                              "alarms": len(stats.get("alarms", []))}
-                row["world_params"] = stats["world_params"]
+                row["world_params"] = stats.get("world_params", {})
             print(json.dumps(row), file=f, flush=True)
             print(s, {n: (row[n]["success"], round(1000 * row[n]["error"], 1), row[n]["ticks"]) for n in names},
                   flush=True)
@@ -136,6 +143,10 @@ def main() -> None:
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--proposer", default="open-loop")
+    p.add_argument("--checkpoint", default=None, help="the distilled proposer's saved policy")
+    p.add_argument("--one-world", action="store_true", help="every episode in world --seed (no world per episode)")
+    p.add_argument("--noise", type=float, default=None, help="the optimizer's sampling noise (default: the task's)")
+    p.add_argument("--prior-margin", type=float, default=0.0)
     p.add_argument("--exact-prior", action="store_true")
     p.add_argument("-k", type=int, default=64)
     p.add_argument("--horizon", type=float, default=1.0)
