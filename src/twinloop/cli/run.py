@@ -78,8 +78,13 @@ def run(
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
     checkpoint: str = typer.Option(None, help="The policy file of --proposer distilled (saved by twinloop distill)."),
+    proposal_samples: int = typer.Option(r.proposal_samples, help="Samples of a stochastic proposer (distilled) "
+                                         "offered to the refiner each tick besides its proposal (0: none)."),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
-    seed: int = typer.Option(r.seed),
+    seed: int = typer.Option(r.seed, help="Seeds the episodes (seed * 100000 + i) and, without --world-seed, the "
+                             "world's hidden physics."),
+    world_seed: int = typer.Option(-1, help="Seed of the world's hidden physics (-1: --seed): new episodes in the "
+                                   "same world."),
     world_per_episode: bool = typer.Option(r.world_per_episode, help="A world distribution: each episode in its own "
                                            "world, its world seed the episode's seed (seeded worlds: shifted); "
                                            "base and refined meet the same worlds."),
@@ -121,7 +126,8 @@ def run(
                    prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin,
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
-                   proposer=proposer, checkpoint=checkpoint, episodes=episodes, seed=seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
+                   proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, episodes=episodes, seed=seed,
+                   world_seed=None if world_seed < 0 else world_seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),
