@@ -55,6 +55,11 @@ def test_run_plans_under_prior_particles_when_asked(tmp_path):
     assert build(RunConfig(task="block-push"))[3].params is None
 
 
+def test_run_plans_with_the_knots_it_is_given(tmp_path):
+    s = run(tmp_path, "--no-video", "--no-record", "--n-knots", "3")
+    assert s["config"]["refiner"]["n_knots"] == 3
+
+
 def test_a_world_seed_runs_new_episodes_in_the_same_world(tmp_path):
     s = run(tmp_path, "--no-video", "--no-record", "--seed", "1", "--world-seed", "0")
     assert [e["seed"] for e in s["per_episode"]["refined"]] == [100_000, 100_001]

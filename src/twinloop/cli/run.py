@@ -73,6 +73,7 @@ def run(
     num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     iterations: int = typer.Option(r.refiner.iterations, help="Refine iterations per control tick."),
+    n_knots: int = typer.Option(r.refiner.n_knots, help="Spline knots per plan (over the horizon)."),
     noise: float = typer.Option(0.0, help=NOISE_HELP),
     world: str = typer.Option(r.world, help=one_of(WORLDS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
@@ -122,7 +123,7 @@ def run(
     address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
 ):
     """The demo's experiment with every choice as an option."""
-    rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, risk=risk,
+    rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, n_knots=n_knots, risk=risk,
                    prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin,
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
