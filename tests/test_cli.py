@@ -68,6 +68,12 @@ def test_a_world_seed_runs_new_episodes_in_the_same_world(tmp_path):
     assert s["world"]["params"] == hidden(seed=0) == hidden(seed=1, world_seed=0) != hidden(seed=1)
 
 
+def test_a_run_split_at_first_episode_runs_the_episodes_of_one_run(tmp_path):
+    whole = run(tmp_path / "whole", "--no-video", "--no-record", "--episodes", "3")
+    piece = run(tmp_path / "piece", "--no-video", "--no-record", "--episodes", "1", "--first-episode", "2")
+    assert piece["per_episode"]["refined"] == whole["per_episode"]["refined"][2:]
+
+
 def test_a_world_seed_with_a_world_per_episode_is_refused():
     with pytest.raises(TwinloopError, match="world_seed=0 names one world"):
         RunConfig(task="block-push", world_seed=0, world_per_episode=True)

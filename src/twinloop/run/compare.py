@@ -77,6 +77,8 @@ class RunConfig:
             any optimizer (:meth:`~twinloop.control.Refiner.refine`), rehearsed exactly with
             ``refiner.exact_prior``. 0: the proposal alone.
         episodes: episodes per controller.
+        first_episode: index of the first episode: a run split into pieces (``first_episode``
+            0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does.
         seed: seeds the world's hidden physics (unless ``world_seed``) and, with the episode
             index, each episode (``seed * 100000 + i``).
         world_seed: seed of the world's hidden physics, if not ``seed``: new episodes (another
@@ -138,6 +140,7 @@ class RunConfig:
     checkpoint: str | None = None
     proposal_samples: int = 0
     episodes: int = 20
+    first_episode: int = 0
     seed: int = 0
     world_seed: int | None = None
     world_per_episode: bool = False
@@ -166,6 +169,8 @@ class RunConfig:
         resolve_world(self.world)
         choose("proposer", self.proposer, tuple(PROPOSERS))
         object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
+        object.__setattr__(self, "first_episode", number(self.first_episode, "first_episode", low=0, high=99_999,
+                                                         integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         object.__setattr__(self, "particles", number(self.particles, "particles", low=0, integer=True))
         object.__setattr__(self, "proposal_samples", number(self.proposal_samples, "proposal_samples", low=0,
@@ -344,7 +349,7 @@ def world_seed(cfg: RunConfig) -> int:
 
 
 def episode_seeds(cfg: RunConfig) -> list[int]:
-    return [cfg.seed * 100_000 + i for i in range(cfg.episodes)]
+    return [cfg.seed * 100_000 + cfg.first_episode + i for i in range(cfg.episodes)]
 
 
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
