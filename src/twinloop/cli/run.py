@@ -79,8 +79,8 @@ def run(
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
     checkpoint: str = typer.Option(None, help="The policy file of --proposer distilled (saved by twinloop distill)."),
-    proposal_samples: int = typer.Option(r.proposal_samples, help="Samples of a stochastic proposer (distilled) "
-                                         "offered to the refiner each tick besides its proposal (0: none)."),
+    proposal_samples: int = typer.Option(r.proposal_samples, help="Samples of a stochastic proposer (distilled, the "
+                                         "planar scripts) offered to the refiner each tick besides its proposal (0: none)."),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
     first_episode: int = typer.Option(r.first_episode, help="Index of the first episode (a run split into pieces)."),
     seed: int = typer.Option(r.seed, help="Seeds the episodes (seed * 100000 + i) and, without --world-seed, the "

@@ -72,10 +72,10 @@ class RunConfig:
         checkpoint: the policy file of proposer ``distilled`` (saved by ``twinloop distill``);
             only that proposer takes one.
         proposal_samples: samples of a stochastic proposer (one with ``sample``: ``distilled``,
-            the planar tasks' scripts) offered to the
-            refiner each tick besides its proposal (the prior): they join the first batch of
-            any optimizer (:meth:`~twinloop.control.Refiner.refine`), rehearsed exactly with
-            ``refiner.exact_prior``. 0: the proposal alone.
+            the planar tasks' scripts) offered to the refiner each tick besides its proposal
+            (the prior): they join the first batch of any optimizer
+            (:meth:`~twinloop.control.Refiner.refine`), rehearsed exactly with
+            ``refiner.exact_prior``. At most ``refiner.num_samples - 2``; 0: the proposal alone.
         episodes: episodes per controller.
         first_episode: index of the first episode: a run split into pieces (``first_episode``
             0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does.
@@ -173,8 +173,6 @@ class RunConfig:
                                                          integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         object.__setattr__(self, "particles", number(self.particles, "particles", low=0, integer=True))
-        object.__setattr__(self, "proposal_samples", number(self.proposal_samples, "proposal_samples", low=0,
-                                                            high=self.refiner.num_samples - 2, integer=True))
         if self.world_seed is not None:
             object.__setattr__(self, "world_seed", number(self.world_seed, "world_seed", low=0, integer=True))
             if self.world_per_episode:
@@ -196,6 +194,9 @@ class RunConfig:
             raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
         if not isinstance(self.refiner, RefinerConfig):
             raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        # the incumbent and the prior take two of the first batch's candidates
+        object.__setattr__(self, "proposal_samples", number(self.proposal_samples, "proposal_samples", low=0,
+                                                            high=self.refiner.num_samples - 2, integer=True))
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
             if self.world not in ("nominal", "shifted"):
