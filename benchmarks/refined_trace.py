@@ -7,10 +7,12 @@ sent and of the prior, and in the world the finger-to-grasped-point gap, that po
 distance to its goal, and the task error. The last line is one JSON summary (successes, Wilson
 interval, errors, ticks, control rate).
 
-Two screens that are not ``twinloop run`` options:
-``--oracle`` (a diagnostic, not a controller: no robot is told its world's hidden values) plans in
-a twin with the world's hidden parameters (``Refiner.set_params``); ``--prior-weight W`` sets
-MPPI's ``prior_weight`` (the sampling mean is ``W prior + (1 - W) warm``; 0.5 by default).
+Screens that are not ``twinloop run`` options: ``--oracle`` (a diagnostic, not a controller: no
+robot is told its world's hidden values) plans in a twin with the world's hidden parameters
+(``Refiner.set_params``); ``--true-state`` (also a diagnostic) plans from the world's true state
+(``SimWorld.true_state``: every vertex, the grasp's activation) instead of the keypoint estimate;
+``--prior-weight W`` sets MPPI's ``prior_weight`` (the sampling mean is ``W prior + (1 - W)
+warm``; 0.5 by default).
 
     python benchmarks/refined_trace.py --proposer distilled --checkpoint policy_round1.pt \\
         --exact-prior --episodes 1 4 7 --trace
@@ -78,6 +80,7 @@ def traced(world, ctl, seed: int, max_ticks: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="cloth-fold")
+    p.add_argument("--world", default="shifted")
     p.add_argument("--severity", type=int, default=2)
     p.add_argument("--world-seed", type=int, default=0)
     p.add_argument("--seed", type=int, default=0, help="episode seeds seed * 100000 + index")
@@ -89,17 +92,20 @@ def main() -> None:
     p.add_argument("--horizon", type=float, default=1.0)
     p.add_argument("--proposal-samples", type=int, default=0)
     p.add_argument("--oracle", action="store_true", help="plan in a twin with the world's hidden parameters")
+    p.add_argument("--true-state", action="store_true", help="plan from the world's true state, not the estimate")
     p.add_argument("--prior-weight", type=float, default=None, help="MPPI prior_weight (default: MPPI's)")
     p.add_argument("--trace", action="store_true", help="print every tick")
     a = p.parse_args()
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior)
-    cfg = RunConfig(task=a.task, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
+    cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
                     checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples,
                     episodes=max(a.episodes) + 1, video=False, record=False)
     world, ctl = controller_in_world(cfg, "refined")
     if a.oracle:
         hidden = world.describe()["params"]
         ctl.refiner.set_params(np.array([[hidden[n] for n in ctl.refiner.twin.param_space.names]]))
+    if a.true_state:  # the controller (and only it) reads the state through this instance's method
+        ctl.task.state_from_obs = lambda obs: world.true_state()
     if a.prior_weight is not None:
         ctl.refiner.optimizer = replace(ctl.refiner.optimizer, prior_weight=a.prior_weight)
     seeds = [episode_seeds(cfg)[i] for i in a.episodes]
