@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from twinloop.cli import app
 from twinloop.control import RefinerConfig
 from twinloop.data.dataset import Dataset
+from twinloop.errors import TwinloopError
 from twinloop.run.compare import RunConfig, build
 from twinloop.tasks import make_task
 
@@ -52,6 +53,37 @@ def test_run_plans_under_prior_particles_when_asked(tmp_path):
     assert not np.allclose(refiner.params[1:], space.nominal)
     np.testing.assert_array_equal(build(RunConfig(task="block-push", particles=3))[3].params, refiner.params)
     assert build(RunConfig(task="block-push"))[3].params is None
+
+
+def test_run_plans_with_the_knots_it_is_given(tmp_path):
+    s = run(tmp_path, "--no-video", "--no-record", "--n-knots", "3")
+    assert s["config"]["refiner"]["n_knots"] == 3
+
+
+def test_a_world_seed_runs_new_episodes_in_the_same_world(tmp_path):
+    s = run(tmp_path, "--no-video", "--no-record", "--seed", "1", "--world-seed", "0")
+    assert [e["seed"] for e in s["per_episode"]["refined"]] == [100_000, 100_001]
+    assert {e["world_seed"] for e in s["per_episode"]["refined"]} == {0}
+    hidden = lambda **kw: build(RunConfig(task="block-push", **kw), check_twin=False)[1].describe()["params"]  # noqa: E731
+    assert s["world"]["params"] == hidden(seed=0) == hidden(seed=1, world_seed=0) != hidden(seed=1)
+
+
+def test_a_run_split_at_first_episode_runs_the_episodes_of_one_run(tmp_path):
+    whole = run(tmp_path / "whole", "--no-video", "--no-record", "--episodes", "3")
+    piece = run(tmp_path / "piece", "--no-video", "--no-record", "--episodes", "1", "--first-episode", "2")
+    assert piece["per_episode"]["refined"] == whole["per_episode"]["refined"][2:]
+
+
+def test_a_world_seed_with_a_world_per_episode_is_refused():
+    with pytest.raises(TwinloopError, match="world_seed=0 names one world"):
+        RunConfig(task="block-push", world_seed=0, world_per_episode=True)
+
+
+def test_proposal_samples_need_a_stochastic_proposer_and_room_in_the_batch():
+    with pytest.raises(TwinloopError, match="proposer 'open-loop' draws none"):
+        build(RunConfig(task="block-push", proposer="open-loop", proposal_samples=2), check_twin=False)
+    with pytest.raises(TwinloopError, match="proposal_samples"):
+        RunConfig(task="block-push", proposal_samples=31)  # K=32: the incumbent and the prior take two
 
 
 def test_run_records_every_episode_as_a_dataset(tmp_path):

@@ -92,6 +92,26 @@ def test_samples_around_a_warm_plan_keep_its_detail(task, twin):
     np.testing.assert_allclose(res.plan.actions(), chunk, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["mppi", "cem"])
+def test_proposer_samples_join_the_first_batch_of_any_optimizer_with_their_detail(task, twin, name):
+    # K=3: the incumbent, the prior and one slot, which the proposal takes instead of a sample
+    ref = refiner(task, twin, name, num_samples=3, horizon=0.5, exact_prior=True)
+    s = task.initial_state(np.random.default_rng(0))
+    H = ref.spec.horizon_ticks
+    chunk = np.tile(s[:2], (H, 1))
+    chunk[2:] += [0.03, -0.02]  # a jump its knots cannot express: the detail must travel with it
+    offered = ref.plan_from_actions(chunk)
+    res = ref.refine(s, prior=ref.plan_from_actions(np.tile(s[:2], (H, 1))), proposals=offered.knots[None],
+                     proposal_detail=offered.detail[None])
+    _, (want,) = ref.evaluate(s, offered.knots[None], detail=offered.detail[None])
+    assert res.costs[2] == pytest.approx(want, rel=1e-9)
+
+
+def test_proposal_samples_need_a_proposer_that_samples(task, twin):
+    with pytest.raises(TwinloopError, match="proposal_samples=2 needs a stochastic proposer"):
+        Controller(refiner(task, twin), Proposer(task), proposal_samples=2)
+
+
 def test_refinement_lowers_the_cost_of_a_poor_start(task, twin):
     ref = refiner(task, twin, iterations=4, num_samples=32)
     s = task.initial_state(np.random.default_rng(1))

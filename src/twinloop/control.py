@@ -304,7 +304,7 @@ class Refiner:
 
     def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
                proposals: np.ndarray | None = None, carry: np.ndarray | None = None,
-               in_flight: np.ndarray | None = None) -> RefineResult:
+               in_flight: np.ndarray | None = None, proposal_detail: np.ndarray | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
         A plan's per-tick ``detail`` (what its knots cannot express: a grasp closing between two
@@ -318,11 +318,16 @@ class Refiner:
             prior: base proposal (e.g. a policy's action chunk as a plan), or ``None``.
             warm: last tick's plan shifted by one tick; defaults to ``prior`` or holding the
                 middle of the action range.
-            proposals: ``(M, N, nu)`` knots sampled from a stochastic proposer (best-of-N).
+            proposals: ``(M, N, nu)`` knots sampled from a stochastic proposer: they join the
+                first iteration's batch (after the incumbent and the prior, before ``carry``) for
+                every optimizer, and best-of-N perturbs around them.
             carry: ``(M, N, nu)`` knots carried from the last tick (its ``elites``, shifted);
                 they join the first iteration's batch.
             in_flight: with ``config.actuation_delay``, the ``(D, nu)`` controls still in the
                 delay line (see :meth:`in_flight`); ``None``: the hold action at ``state``.
+            proposal_detail: ``(M, H, nu)`` per-tick detail of the proposals (their chunks'
+                under ``config.exact_prior``, see :meth:`plan_from_actions`), so each is
+                rehearsed as proposed; ``None``: none.
 
         Raises:
             RefinementFailed: if no candidate in any iteration had a finite cost.
@@ -343,10 +348,15 @@ class Refiner:
                 raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
                                     f"{(self.spec.horizon_ticks, self.spec.nu)}")
         pk = None if prior is None else prior.knots
-        details = self._details(warm, prior)
         ostate = self.optimizer.init(warm.knots, pk, lo, hi)
+        offered, offered_d = [], None  # a stochastic proposer's samples, in the first batch
         if proposals is not None:
-            ostate = ostate.with_(proposals=np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi))
+            props = np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi)
+            ostate = ostate.with_(proposals=props)
+            offered = list(props)
+            if proposal_detail is not None:
+                offered_d = as_array(proposal_detail, "proposal_detail", (len(props), self.spec.horizon_ticks, self.spec.nu))
+        details = self._details(warm, prior, offered_d is not None)
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
         carried = [] if carry is None else list(np.clip(as_array(carry, "carry", (None, *warm.knots.shape)), lo, hi))
         best_k, best_c, prior_c = None, np.inf, np.nan
@@ -359,7 +369,7 @@ class Refiner:
                 break
             ti = time.perf_counter()
             incumbent = [ostate.mean] + fixed[1:] if it else fixed
-            extra = [] if it else carried[: max(cfg.num_samples - len(incumbent), 0)]
+            extra = [] if it else (offered + carried)[: max(cfg.num_samples - len(incumbent), 0)]
             head = np.stack(incumbent + extra)
             if ostate.suggested is not None:  # evaluated once, in place of as many samples
                 head = np.concatenate([head, ostate.suggested[: cfg.num_samples - len(head)]])
@@ -370,8 +380,11 @@ class Refiner:
             detail = None
             if details is not None:  # the warm plan's for every candidate, the prior's for it (row 1)
                 detail = np.repeat(details[:1], len(cand), axis=0)
-                if len(details) > 1:
+                if prior is not None:
                     detail[1] = details[1]
+                if offered_d is not None and it == 0:
+                    n_off = min(len(offered_d), len(cand) - len(incumbent))
+                    detail[len(incumbent) : len(incumbent) + n_off] = offered_d[:n_off]
             r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail, in_flight=line)
             n_steps += steps
             n_roll += r.ok.size
@@ -405,10 +418,10 @@ class Refiner:
             optimizer_info=dict(ostate.info),
         )
 
-    def _details(self, warm: Plan, prior: Plan | None) -> np.ndarray | None:
+    def _details(self, warm: Plan, prior: Plan | None, offered: bool = False) -> np.ndarray | None:
         """``(1 or 2, H, nu)``: the warm plan's per-tick detail (which its samples share), then
-        the prior's; ``None`` when neither has any."""
-        if warm.detail is None and (prior is None or prior.detail is None):
+        the prior's; ``None`` when neither has any and no ``offered`` proposal does."""
+        if warm.detail is None and (prior is None or prior.detail is None) and not offered:
             return None
         zero = np.zeros((self.spec.horizon_ticks, self.spec.nu))
         own = zero if warm.detail is None else warm.detail
@@ -494,6 +507,9 @@ class Controller:
         self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
         self.warm_start = bool(warm_start)
         self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
+        if self.proposal_samples and not callable(getattr(proposer, "sample", None)):
+            raise TwinloopError(f"proposal_samples={self.proposal_samples} needs a stochastic proposer with a "
+                                f"sample(obs, state, n, rng) method; {type(proposer).__name__} has none")
         self.task = refiner.task
         self.monitor = monitor
         if monitor is not None and monitor.config.action in ("widen", "refit", "adapt") and not len(refiner.twin.param_space):
@@ -595,19 +611,22 @@ class Controller:
         (see :meth:`Refiner.refine`);
         returns the plan and what happened. If refinement fails the base proposal (or the
         warm plan) is returned and counted."""
-        prior = None
-        proposals = None
+        prior = proposals = detail = None
         if self.proposer is not None:
             prior = self.refiner.plan_from_actions(self._proposal(obs, state))
-            if self.proposal_samples > 0 and hasattr(self.proposer, "sample"):
-                chunks = self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng)
-                proposals = np.stack([self.refiner.plan_from_actions(c).knots for c in chunks])
+            if self.proposal_samples > 0:
+                plans = [self.refiner.plan_from_actions(c)
+                         for c in self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng)]
+                proposals = np.stack([p.knots for p in plans])
+                if any(p.detail is not None for p in plans):
+                    zero = np.zeros((self.refiner.spec.horizon_ticks, self.task.nu))
+                    detail = np.stack([zero if p.detail is None else p.detail for p in plans])
         if warm is None:
             # start still: hold the pusher where it is if the task can say where that is
             warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
         try:
             res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals, carry=carry,
-                                      in_flight=in_flight)
+                                      in_flight=in_flight, proposal_detail=detail)
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
             backup = prior if prior is not None else warm

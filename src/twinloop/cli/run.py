@@ -73,13 +73,20 @@ def run(
     num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine iteration (K)."),
     horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
     iterations: int = typer.Option(r.refiner.iterations, help="Refine iterations per control tick."),
+    n_knots: int = typer.Option(r.refiner.n_knots, help="Spline knots per plan (over the horizon)."),
     noise: float = typer.Option(0.0, help=NOISE_HELP),
     world: str = typer.Option(r.world, help=one_of(WORLDS)),
     severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
     proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
     checkpoint: str = typer.Option(None, help="The policy file of --proposer distilled (saved by twinloop distill)."),
+    proposal_samples: int = typer.Option(r.proposal_samples, help="Samples of a stochastic proposer (distilled, the "
+                                         "planar scripts) offered to the refiner each tick besides its proposal (0: none)."),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
-    seed: int = typer.Option(r.seed),
+    first_episode: int = typer.Option(r.first_episode, help="Index of the first episode (a run split into pieces)."),
+    seed: int = typer.Option(r.seed, help="Seeds the episodes (seed * 100000 + i) and, without --world-seed, the "
+                             "world's hidden physics."),
+    world_seed: int = typer.Option(-1, help="Seed of the world's hidden physics (-1: --seed): new episodes in the "
+                                   "same world."),
     world_per_episode: bool = typer.Option(r.world_per_episode, help="A world distribution: each episode in its own "
                                            "world, its world seed the episode's seed (seeded worlds: shifted); "
                                            "base and refined meet the same worlds."),
@@ -117,11 +124,12 @@ def run(
     address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
 ):
     """The demo's experiment with every choice as an option."""
-    rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, risk=risk,
+    rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, n_knots=n_knots, risk=risk,
                    prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin,
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
-                   proposer=proposer, checkpoint=checkpoint, episodes=episodes, seed=seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
+                   proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, episodes=episodes, first_episode=first_episode, seed=seed,
+                   world_seed=None if world_seed < 0 else world_seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),

@@ -1,8 +1,9 @@
 """Best-of-N (a ranked planner): propose, score, keep the best.
 
 Candidates are the stochastic proposer's own samples (``state.proposals``, if the proposer
-has ``sample``) plus Gaussian perturbations of the base proposal (or the warm start when
-there is none); ``mu' = argmin_k J(U_k)``.
+has ``sample``; the refiner puts them in the first batch) and Gaussian perturbations of them,
+or of the base proposal (the warm start when there is none) without samples;
+``mu' = argmin_k J(U_k)``.
 """
 
 from __future__ import annotations
@@ -27,17 +28,13 @@ class BestOfN:
         return OptState(mean=warm, std=initial_std(self.noise, low, high, len(warm)), low=low, high=high, prior=prior)
 
     def sample(self, state, rng, n):
-        props = state.proposals if state.proposals is not None else np.empty((0, *state.mean.shape))
-        props = props[:n]
-        m = n - len(props)
-        # perturb around the proposal when there is one: its samples are what we rank
+        # perturb around the proposer's samples when there are some: they are what we rank
         centre = state.prior if state.prior is not None else state.mean
-        if len(props):
-            centres = props[rng.integers(len(props), size=m)]
+        if state.proposals is not None and len(state.proposals):
+            centres = state.proposals[rng.integers(len(state.proposals), size=n)]
         else:
-            centres = np.broadcast_to(centre, (m, *centre.shape))
-        pert = centres + state.std * rng.standard_normal((m, *state.mean.shape))
-        return np.concatenate([props, pert])
+            centres = np.broadcast_to(centre, (n, *centre.shape))
+        return centres + state.std * rng.standard_normal((n, *state.mean.shape))
 
     def update(self, state, candidates, costs):
         return state.with_(mean=candidates[int(np.argmin(costs))].copy())

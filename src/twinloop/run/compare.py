@@ -71,8 +71,18 @@ class RunConfig:
             baseline row); see ``twinloop.policies.PROPOSERS``.
         checkpoint: the policy file of proposer ``distilled`` (saved by ``twinloop distill``);
             only that proposer takes one.
+        proposal_samples: samples of a stochastic proposer (one with ``sample``: ``distilled``,
+            the planar tasks' scripts) offered to the refiner each tick besides its proposal
+            (the prior): they join the first batch of any optimizer
+            (:meth:`~twinloop.control.Refiner.refine`), rehearsed exactly with
+            ``refiner.exact_prior``. At most ``refiner.num_samples - 2``; 0: the proposal alone.
         episodes: episodes per controller.
-        seed: seeds the world's hidden physics and, with the episode index, each episode.
+        first_episode: index of the first episode: a run split into pieces (``first_episode``
+            0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does.
+        seed: seeds the world's hidden physics (unless ``world_seed``) and, with the episode
+            index, each episode (``seed * 100000 + i``).
+        world_seed: seed of the world's hidden physics, if not ``seed``: new episodes (another
+            ``seed``) in the same world. ``None``: ``seed``. Not with ``world_per_episode``.
         world_per_episode: a world distribution: each episode in its own world, whose world seed
             is the episode's seed (``seed * 100000 + index``;
             :class:`~twinloop.worlds.PerEpisodeWorld`): base and refined meet the same world on
@@ -128,8 +138,11 @@ class RunConfig:
     severity: int = 2
     proposer: str = "scripted"
     checkpoint: str | None = None
+    proposal_samples: int = 0
     episodes: int = 20
+    first_episode: int = 0
     seed: int = 0
+    world_seed: int | None = None
     world_per_episode: bool = False
     max_ticks: int | None = None
     out: str = "twinloop-out"
@@ -156,8 +169,15 @@ class RunConfig:
         resolve_world(self.world)
         choose("proposer", self.proposer, tuple(PROPOSERS))
         object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
+        object.__setattr__(self, "first_episode", number(self.first_episode, "first_episode", low=0, high=99_999,
+                                                         integer=True))
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         object.__setattr__(self, "particles", number(self.particles, "particles", low=0, integer=True))
+        if self.world_seed is not None:
+            object.__setattr__(self, "world_seed", number(self.world_seed, "world_seed", low=0, integer=True))
+            if self.world_per_episode:
+                raise TwinloopError(f"world_seed={self.world_seed} names one world, but world_per_episode draws each "
+                                    "episode's world from the episode's seed: pass one of them")
         if self.max_ticks is not None:
             object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
         if self.twin_timestep is not None:
@@ -174,6 +194,9 @@ class RunConfig:
             raise TwinloopError(f"async_control must be an AsyncConfig, got {type(self.async_control).__name__}")
         if not isinstance(self.refiner, RefinerConfig):
             raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        # the incumbent and the prior take two of the first batch's candidates
+        object.__setattr__(self, "proposal_samples", number(self.proposal_samples, "proposal_samples", low=0,
+                                                            high=self.refiner.num_samples - 2, integer=True))
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
             if self.world not in ("nominal", "shifted"):
@@ -203,10 +226,13 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     def world_of(seed: int):
         return make_world(task, cfg.world, severity=cfg.severity, seed=seed, period=period, token=cfg.token)
 
-    world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.world_per_episode else world_of(cfg.seed)
+    world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.world_per_episode else world_of(world_seed(cfg))
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
+    if cfg.proposal_samples and not callable(getattr(proposer, "sample", None)):
+        raise TwinloopError(f"proposal_samples={cfg.proposal_samples} offers samples of a stochastic proposer "
+                            f"(one with sample(): distilled, the planar scripts); proposer {cfg.proposer!r} draws none")
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
     if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
@@ -253,7 +279,7 @@ def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
     if name == "base":
         return world, Controller(refiner, proposer, refine=False)
     if cfg.realtime:
-        return world, AsyncController(refiner, proposer, cfg.async_control)
+        return world, AsyncController(refiner, proposer, cfg.async_control, proposal_samples=cfg.proposal_samples)
     return world, refined_controller(cfg, task, proposer, refiner, watch)
 
 
@@ -265,7 +291,7 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
         if watch is None:
             raise TwinloopError("a monitored run's refined controller needs the monitor's (error, threshold)")
         monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
-    return Controller(refiner, proposer, monitor=monitor)
+    return Controller(refiner, proposer, monitor=monitor, proposal_samples=cfg.proposal_samples)
 
 
 def monitor_config(cfg: RunConfig) -> MonitorConfig:
@@ -318,8 +344,13 @@ def episode_stats(world, controller) -> dict:
     return out
 
 
+def world_seed(cfg: RunConfig) -> int:
+    """The seed of a run's one world: ``cfg.world_seed``, else ``cfg.seed``."""
+    return cfg.seed if cfg.world_seed is None else cfg.world_seed
+
+
 def episode_seeds(cfg: RunConfig) -> list[int]:
-    return [cfg.seed * 100_000 + i for i in range(cfg.episodes)]
+    return [cfg.seed * 100_000 + cfg.first_episode + i for i in range(cfg.episodes)]
 
 
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
@@ -395,7 +426,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         all_eps = dict(zip(names, runs, strict=True))
     finally:
         world.close()  # a remote world's socket, a real-time world's clock
-    one_world_seed = cfg.seed if cfg.world in SEEDED_WORLDS else None  # what a row's world_seed is otherwise
+    one_world_seed = world_seed(cfg) if cfg.world in SEEDED_WORLDS else None  # what a row's world_seed is otherwise
     results = []
     for name, eps in all_eps.items():
         results.append(summarize(name, eps))

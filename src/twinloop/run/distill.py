@@ -88,7 +88,8 @@ class DistillConfig:
         noise: its sampling noise, a fraction of each action's half-range (``None``: the
             task's, :attr:`Task.sampling_noise <twinloop.tasks.Task.sampling_noise>`, else the
             optimizer's default).
-        proposal_samples: policy samples offered to the optimizer each tick (best-of-N).
+        proposal_samples: policy samples offered to the refiner each tick (they join the first
+            batch of any optimizer; see :meth:`~twinloop.control.Refiner.refine`).
         calib: calibration of the twin-worlds the twin data come from.
         calib_episodes: excitation episodes recorded in the world for it.
         calib_ticks: their length (ticks).
