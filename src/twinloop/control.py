@@ -451,6 +451,14 @@ def qpos_names(model: mujoco.MjModel) -> tuple[str, ...]:
     return tuple(names)
 
 
+def check_samples(proposer, n: int, label: str) -> None:
+    """Refuse ``n > 0`` samples from a ``proposer`` (named ``label`` in the error) that cannot
+    draw them (no ``sample(obs, state, n, rng)`` method)."""
+    if n and not callable(getattr(proposer, "sample", None)):
+        raise TwinloopError(f"proposal_samples={n} needs a stochastic proposer with a sample(obs, state, n, rng) "
+                            f"method (distilled, the planar scripts); proposer {label!r} draws none")
+
+
 @dataclass
 class TickInfo:
     """What happened at one control tick."""
@@ -507,9 +515,7 @@ class Controller:
         self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
         self.warm_start = bool(warm_start)
         self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
-        if self.proposal_samples and not callable(getattr(proposer, "sample", None)):
-            raise TwinloopError(f"proposal_samples={self.proposal_samples} needs a stochastic proposer with a "
-                                f"sample(obs, state, n, rng) method; {type(proposer).__name__} has none")
+        check_samples(proposer, self.proposal_samples, type(proposer).__name__)
         self.task = refiner.task
         self.monitor = monitor
         if monitor is not None and monitor.config.action in ("widen", "refit", "adapt") and not len(refiner.twin.param_space):

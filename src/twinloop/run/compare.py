@@ -26,6 +26,7 @@ from twinloop.control import (
     Controller,
     Refiner,
     RefinerConfig,
+    check_samples,
     check_timestep,
 )
 from twinloop.data.dataset import Dataset
@@ -230,9 +231,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
-    if cfg.proposal_samples and not callable(getattr(proposer, "sample", None)):
-        raise TwinloopError(f"proposal_samples={cfg.proposal_samples} offers samples of a stochastic proposer "
-                            f"(one with sample(): distilled, the planar scripts); proposer {cfg.proposer!r} draws none")
+    check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
     if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
