@@ -88,6 +88,7 @@ def main() -> None:
     p.add_argument("--proposer", default="distilled")
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--exact-prior", action="store_true")
+    p.add_argument("--binary-actions", action="store_true", help="grasp commands open or closed (RefinerConfig.binary_actions)")
     p.add_argument("-k", type=int, default=64)
     p.add_argument("--horizon", type=float, default=1.0)
     p.add_argument("--proposal-samples", type=int, default=0)
@@ -96,7 +97,7 @@ def main() -> None:
     p.add_argument("--prior-weight", type=float, default=None, help="MPPI prior_weight (default: MPPI's)")
     p.add_argument("--trace", action="store_true", help="print every tick")
     a = p.parse_args()
-    rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior)
+    rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior, binary_actions=a.binary_actions)
     cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
                     checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples,
                     episodes=max(a.episodes) + 1, video=False, record=False)

@@ -9,7 +9,9 @@ import pytest
 
 from twinloop.calib import CalibConfig, calibrate
 from twinloop.calib.windows import record_trajectory
-from twinloop.control import RefinerConfig
+from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.errors import TwinloopError
+from twinloop.plan import make_optimizer
 from twinloop.policies.distilled import PolicyConfig
 from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import make_task
@@ -265,9 +267,10 @@ def test_the_run_command_compares_base_and_refined_on_a_deformable(tmp_path):
 
     out = tmp_path / "run"
     res = CliRunner().invoke(app, ["run", "--task", "rope-shape", "--episodes", "1", "-k", "4", "--max-ticks", "3",
-                                   "--no-video", "--out", str(out)])
+                                   "--binary-actions", "--no-video", "--out", str(out)])
     assert res.exit_code == 0, res.output
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["refiner"]["binary_actions"] is True
     assert [r["controller"] for r in summary["results"]] == ["base", "refined"]
     assert summary["world"]["params"].keys() == set(make_task("rope-shape").param_space().names)
     assert sorted(p.name for p in (out / "episodes").iterdir()) == ["base", "refined"]
@@ -292,3 +295,48 @@ def test_distillation_runs_on_a_deformable(tmp_path):
                         max_ticks=3, out=str(tmp_path / "d"))
     summary = run_distill(cfg, log=lambda msg: None)
     assert [r["controller"] for r in summary["results"]] == ["distilled", "distilled+refined", "refined"]
+
+
+# -- a binary grasp (RefinerConfig.binary_actions) -----------------------------------------------
+
+
+class SoftGrasp:
+    """A policy's chunk: gripper targets and a soft grasp command (0.7, then 0.3)."""
+
+    def __init__(self, state, ticks=5):
+        self.chunk = np.column_stack([np.tile(state[:3] + [0.01, -0.02, 0.005], (ticks, 1)), [0.7, 0.7, 0.3, 0.3, 0.3]])
+
+    def propose(self, obs, state):
+        return self.chunk.copy()
+
+
+def grasp_refiner(task, **kw):
+    twin = MujocoTwin(task.model, task.param_space(), nthread=1)
+    return Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=8, horizon=1.0, **kw),
+                   keep_rollouts=True)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_binary_grasp_sends_a_soft_chunk_closed_and_the_targets_exactly(rope, binary):
+    obs = SimWorld(rope).reset(0)
+    proposer = SoftGrasp(rope.state_from_obs(obs))
+    ctl = Controller(grasp_refiner(rope, **({"binary_actions": True} if binary else {})), proposer, refine=False)
+    a = ctl.act(obs)
+    np.testing.assert_array_equal(a[:3], proposer.chunk[0, :3])
+    assert a[3] == (1.0 if binary else 0.7)  # off by default: the soft command goes out as it is
+
+
+def test_a_binary_grasp_is_rehearsed_as_it_is_sent(rope):
+    ref = grasp_refiner(rope, binary_actions=True, exact_prior=True)
+    s = rope.initial_state(np.random.default_rng(0))
+    res = ref.refine(s, prior=ref.plan_from_actions(SoftGrasp(s).chunk))
+    grasp = res.rollouts.ctrl[..., 3]
+    assert set(np.unique(grasp)) <= {0.0, 1.0} and res.plan.first_action()[3] in (0.0, 1.0)
+    np.testing.assert_array_equal(grasp[1, ::ref.spec.substeps], [1, 1, 0, 0, 0])  # the prior, row 1
+
+
+def test_binary_actions_are_refused_for_a_task_without_any():
+    task = make_task("block-push")
+    twin = MujocoTwin(task.model, task.param_space(), nthread=1)
+    with pytest.raises(TwinloopError, match="binary_actions=True: task 'block-push' declares no binary actions"):
+        Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(binary_actions=True))

@@ -100,3 +100,21 @@ def test_a_plan_with_detail_shifted_one_tick_is_the_chunk_one_tick_later():
     shifted = PlanBasis(s).plan_from_ticks(a).shifted().actions()
     np.testing.assert_allclose(shifted[:-1], a[1:], atol=1e-9)
     np.testing.assert_allclose(shifted[-1], a[-1], atol=1e-9)
+
+
+def test_a_binary_action_is_snapped_at_mid_range_and_the_others_are_left_exact():
+    s = PlanSpec(10, 0.1, 20, 4, "cubic", np.array([-1.0, 0.0]), np.array([1.0, 1.0]), binary=(1,))
+    chunk = np.column_stack([np.linspace(-0.9, 0.9, 10), [0.0, 0.3, 0.49, 0.5, 0.56, 0.9, 0.7, 0.2, 1.0, 0.6]])
+    a = PlanBasis(s).plan_from_ticks(chunk).actions()
+    np.testing.assert_array_equal(a[:, 1], [0, 0, 0, 1, 1, 1, 1, 0, 1, 1])
+    np.testing.assert_allclose(a[:, 0], chunk[:, 0], atol=1e-12)
+    u = PlanBasis(s).controls(np.random.default_rng(0).uniform(-1, 2, size=(8, 4, 2)))
+    assert set(np.unique(u[..., 1])) <= {0.0, 1.0} and len(np.unique(u[..., 0])) > 2
+
+
+def test_bad_binary_actions_are_refused():
+    lo, hi = np.array([-1.0, 0.3, 0.0]), np.array([1.0, 0.3, 1.0])
+    for bad, msg in (((3,), "binary \\(action index\\) must be an integer >= 0 and <= 2, got 3"),
+                     ((2, 2), "distinct actions"), ((1,), "low < high"), (2, "tuple of action indices")):
+        with pytest.raises(TwinloopError, match=msg):
+            PlanSpec(10, 0.1, 20, 4, "zero", lo, hi, binary=bad)

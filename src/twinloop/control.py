@@ -80,6 +80,12 @@ class RefinerConfig:
             rollout then applies the controls still in the delay line (sent before, held as
             the world holds them) for its first ``D`` steps and its own controls ``D`` steps
             late, the way the world will execute them. 0: the twin applies a candidate at once.
+        binary_actions: treat the task's binary actions (:attr:`Task.binary_actions
+            <twinloop.tasks.Task.binary_actions>`: a pinch gripper's grasp) as open/closed
+            commands, snapped at the middle of their range in every action rehearsed and sent
+            (:meth:`~twinloop.plan.PlanSpec.bound`), the base proposal's too, also where it is
+            sent alone (``Controller(refine=False)``): a policy's soft grasp of 0.7 is sent
+            closed. Off: the actions are continuous, as the task's actuator takes them.
     """
 
     num_samples: int = 64
@@ -97,6 +103,7 @@ class RefinerConfig:
     exact_prior: bool = False
     prior_margin: float = 0.0
     actuation_delay: float = 0.0
+    binary_actions: bool = False
 
     def __post_init__(self):
         checked = {
@@ -192,8 +199,12 @@ class Refiner:
             raise TwinloopError(f"horizon {self.config.horizon:g} s x num_samples {self.config.num_samples} is "
                                 f"{ticks * substeps * self.config.num_samples:.3g} physics steps per iteration "
                                 f"(at most {_MAX_STEPS:.0e})")
+        if self.config.binary_actions and not task.binary_actions:
+            raise TwinloopError(f"binary_actions=True: task {task.name!r} declares no binary actions "
+                                "(Task.binary_actions); its actions are continuous")
         self.spec = PlanSpec(ticks, task.control_period, substeps, min(self.config.n_knots, ticks),
-                             self.config.spline, task.action_low, task.action_high)
+                             self.config.spline, task.action_low, task.action_high,
+                             task.binary_actions if self.config.binary_actions else ())
         self.basis = PlanBasis(self.spec)
         #: the actuation delay in twin steps (``config.actuation_delay`` rounded)
         self.delay_steps = int(round(self.config.actuation_delay / twin.dt))
@@ -561,8 +572,7 @@ class Controller:
         if self.proposer is not None and (not self.refine_enabled or self._gave_up):
             # the baseline (or a monitor's fallback) sends the proposer's own first action
             chunk = self._proposal(obs, state)
-            self.last = TickInfo(action=np.clip(chunk[0], self.task.action_low, self.task.action_high),
-                                 alarm=self._gave_up)
+            self.last = TickInfo(action=self.refiner.spec.bound(chunk[0]), alarm=self._gave_up)
         else:
             plan, self.last = self.plan(obs, state, self._warm, self._carry, self._line)
             if self.warm_start:

@@ -98,6 +98,7 @@ def run(
     prune: float = typer.Option(0.0, help="Fraction of the horizon after which only the best candidates continue (0: off)."),
     carry: int = typer.Option(0, help="Last tick's best candidates carried into the next batch."),
     exact_prior: bool = typer.Option(False, help="Rehearse and send the proposer's action chunks exactly, not as their spline fit (see RefinerConfig.exact_prior)."),
+    binary_actions: bool = typer.Option(r.refiner.binary_actions, help="Send the task's open/close commands (a gripper's grasp) as open or closed, snapped at mid-range, in the base proposal and every plan rehearsed and sent (see RefinerConfig.binary_actions)."),
     prior_margin: float = typer.Option(r.refiner.prior_margin, help="Trust in the base proposal: the refined plan replaces it only where the twin rates it cheaper by more than this fraction of the base's cost (0: any gain)."),
     realtime: bool = typer.Option(r.realtime, help="The world keeps its own clock; the refined controller plans asynchronously."),
     rate: float = typer.Option(0.0, help="Real-time world ticks per second (0: 10 per control period for simulated worlds, the env's own rate otherwise)."),
@@ -125,7 +126,7 @@ def run(
 ):
     """The demo's experiment with every choice as an option."""
     rcfg = replace(r.refiner, num_samples=num_samples, horizon=horizon, iterations=iterations, n_knots=n_knots, risk=risk,
-                   prune=prune, carry=carry, exact_prior=exact_prior, prior_margin=prior_margin,
+                   prune=prune, carry=carry, exact_prior=exact_prior, binary_actions=binary_actions, prior_margin=prior_margin,
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
                    proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, episodes=episodes, first_episode=first_episode, seed=seed,

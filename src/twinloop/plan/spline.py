@@ -60,6 +60,11 @@ class PlanSpec:
         low, high: ``(nu,)`` action bounds; an action whose bounds are equal is held at that
             value (never sampled), e.g. an arm's tool orientation while a task moves only its
             position.
+        binary: indices of actions that are open/closed commands (a pinch gripper's grasp):
+            every action the plan yields there (rehearsed and sent) is ``low`` below the middle
+            of its range and ``high`` from the middle up (:meth:`bound`); the knots and the
+            samples around them stay continuous, thresholded as a gripper command is. ``()``:
+            none.
     """
 
     horizon_ticks: int
@@ -69,6 +74,7 @@ class PlanSpec:
     kind: str
     low: np.ndarray
     high: np.ndarray
+    binary: tuple[int, ...] = ()
 
     def __post_init__(self):
         choose("spline kind", self.kind, KINDS)
@@ -80,6 +86,21 @@ class PlanSpec:
             raise TwinloopError(f"action bounds need low <= high (low < high for at least one action), same shape (nu,), got {lo} and {hi}")
         object.__setattr__(self, "low", lo)
         object.__setattr__(self, "high", hi)
+        if not isinstance(self.binary, (tuple, list)):
+            raise TwinloopError(f"binary must be a tuple of action indices, got {self.binary!r}")
+        binary = tuple(number(i, "binary (action index)", low=0, high=len(lo) - 1, integer=True) for i in self.binary)
+        if len(set(binary)) != len(binary) or any(lo[i] == hi[i] for i in binary):
+            raise TwinloopError(f"binary must name distinct actions with low < high (nu={len(lo)}), got {self.binary}")
+        object.__setattr__(self, "binary", binary)
+
+    def bound(self, actions: np.ndarray) -> np.ndarray:
+        """``(..., nu)`` actions clipped to the bounds, the :attr:`binary` ones snapped to
+        ``low`` or ``high`` at the middle of their range."""
+        a = np.clip(actions, self.low, self.high)
+        if self.binary:
+            b = list(self.binary)
+            a[..., b] = np.where(a[..., b] >= (self.low[b] + self.high[b]) / 2, self.high[b], self.low[b])
+        return a
 
     @property
     def nu(self) -> int:
@@ -122,11 +143,11 @@ class PlanBasis:
 
     def ticks(self, knots: np.ndarray, detail: np.ndarray | None = None) -> np.ndarray:
         """``(..., N, nu)`` knots (plus ``(H, nu)`` per-tick ``detail``, see :class:`Plan`) ->
-        ``(..., H, nu)`` actions per tick, clipped to bounds."""
+        ``(..., H, nu)`` actions per tick, within bounds (:meth:`PlanSpec.bound`)."""
         a = np.einsum("hn,...nu->...hu", self.W, knots)
         if detail is not None:
             a = a + detail
-        return np.clip(a, self.spec.low, self.spec.high)
+        return self.spec.bound(a)
 
     def controls(self, knots: np.ndarray, detail: np.ndarray | None = None) -> np.ndarray:
         """``(K, N, nu)`` knots (plus ``(H, nu)`` detail) -> ``(K, H*substeps, nu)`` controls per

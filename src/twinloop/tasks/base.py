@@ -79,6 +79,9 @@ class Task:
             diverges for ``dt c / m > 2``), so that its severe world stays a physical world and
             not an integration artefact no twin parameter can express. It must divide
             ``control_period``.
+        binary_actions: indices of the actions that are open/closed commands (a pinch
+            gripper's grasp), which a refiner told so (``RefinerConfig.binary_actions``) snaps
+            at the middle of their range; ``()``: every action is continuous.
     """
 
     name: str = "task"
@@ -92,6 +95,7 @@ class Task:
     optimizer: str = "mppi"
     sampling_noise: float | None = None
     euler_step: float | None = None
+    binary_actions: tuple[int, ...] = ()
 
     # -- scene -------------------------------------------------------------------------------
 

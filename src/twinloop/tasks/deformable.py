@@ -71,6 +71,7 @@ class GraspTask(Task):
     # the ropes: a held corner thrown off the finger, a rope MuJoCo resets); at 2 ms it stays
     # under 1.3 down to the lightest point the parameter spaces allow (0.8 g, 1 g).
     euler_step = 0.002
+    binary_actions = (3,)  # the grasp command: a pinch is open or closed
     goal: np.ndarray
     WEIGHTS = {"keypoints": 1.0, "final_keypoints": 3.0, "hold": 1.0, "release": 0.5, "effort": 0.02}
 
