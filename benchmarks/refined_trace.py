@@ -63,7 +63,11 @@ def traced(world, ctl, seed: int, max_ticks: int) -> None:
     print(f"== episode seed {seed}\n k | prior grasp | prior target mm | sent target mm, grasp | twin cost sent, prior "
           "| gap, height, to goal, error mm")
     for k in range(1, max_ticks + 1):
+        offered = (np.empty((0, 1, task.nu)) if ctl.repair is None
+                   else ctl.repair.candidates(task.state_from_obs(obs), ctl.refiner.spec.horizon_ticks))
         a = ctl.act(obs, info)
+        # "r4 d": 4 repair candidates offered, the target sent d mm from the nearest one's first
+        mark = "" if not len(offered) else f" r{len(offered)} {1000 * np.abs(offered[:, 0, :3] - a[:3]).max(axis=1).min():.0f}"
         t, chunk = ctl.last, ctl.proposer.last
         obs, info = world.step(a)
         q = info["qpos"]
@@ -72,7 +76,7 @@ def traced(world, ctl, seed: int, max_ticks: int) -> None:
         print(f"{k:2d} | {' '.join(f'{g:.1f}' for g in chunk[:, 3])} | {' '.join(f'{1000 * v:4.0f}' for v in chunk[0, :3])} | "
               f"{' '.join(f'{1000 * v:4.0f}' for v in a[:3])} {a[3]:.2f} | {t.cost:7.2f} {t.prior_cost:7.2f} | "
               f"{1000 * float(task.grasp_gap(q)):4.0f} {1000 * p[2]:4.0f} {1000 * np.linalg.norm(p - goal):4.0f} "
-              f"{1000 * float(task.error(q)):4.0f}" + ("  success" if ok else ""))
+              f"{1000 * float(task.error(q)):4.0f}" + mark + ("  success" if ok else ""))
         if ok:
             break
 
@@ -91,6 +95,7 @@ def main() -> None:
     p.add_argument("-k", type=int, default=64)
     p.add_argument("--horizon", type=float, default=1.0)
     p.add_argument("--proposal-samples", type=int, default=0)
+    p.add_argument("--repair", action="store_true", help="offer the task's repair (RunConfig.repair)")
     p.add_argument("--oracle", action="store_true", help="plan in a twin with the world's hidden parameters")
     p.add_argument("--true-state", action="store_true", help="plan from the world's true state, not the estimate")
     p.add_argument("--prior-weight", type=float, default=None, help="MPPI prior_weight (default: MPPI's)")
@@ -98,7 +103,7 @@ def main() -> None:
     a = p.parse_args()
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior)
     cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
-                    checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples,
+                    checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples, repair=a.repair,
                     episodes=max(a.episodes) + 1, video=False, record=False)
     world, ctl = controller_in_world(cfg, "refined")
     if a.oracle:
