@@ -528,12 +528,14 @@ class PlaceRepair:
 
     def _carry(self, frm: np.ndarray, to: np.ndarray, height: float, t0: float) -> list:
         """Keys ``(time, target, grasp)``: up ``height`` over the midpoint, down onto ``to``,
-        open there and stay a control period (the grasp's activation decays over about 0.1 s:
-        a finger leaving at once drags the point up), then back off upward."""
-        cfg = self.config
+        held there a control period (the stage trails its target), opened there for another
+        (the grasp's activation decays over about 0.1 s: a finger leaving at once drags the
+        point up), then back off upward."""
+        cfg, dt = self.config, self.task.control_period
         mid = (frm + to) / 2 + [0, 0, height]
         t1 = t0 + np.linalg.norm(mid - frm) / cfg.travel_speed
         t2 = t1 + np.linalg.norm(to - mid) / cfg.travel_speed
-        t3 = t2 + self.task.control_period
-        return [(t1, mid, 1.0), (t2, to, 0.0), (t3, to, 0.0), (t3 + cfg.back_off / cfg.travel_speed, to + [0, 0, cfg.back_off], 0.0)]
+        up = to + [0, 0, cfg.back_off]
+        return [(t1, mid, 1.0), (t2, to, 1.0), (t2 + dt, to, 0.0), (t2 + 2 * dt, to, 0.0),
+                (t2 + 2 * dt + cfg.back_off / cfg.travel_speed, up, 0.0)]
 
