@@ -17,7 +17,7 @@ from twinloop.run.compare import RunConfig, build, controller_in_world
 from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import make_task
 from twinloop.tasks.cloth_fold import fold
-from twinloop.tasks.deformable import RepairConfig, SwingScript
+from twinloop.tasks.deformable import PlaceRepair, RepairConfig, SwingScript
 from twinloop.tasks.rope_shape import LINK, LINKS, RADIUS_MAX, u_curve
 from twinloop.twin import MujocoTwin
 from twinloop.worlds import ShiftedWorld, SimWorld
@@ -339,18 +339,30 @@ def test_a_repair_re_grasps_a_misplaced_corner_and_lays_the_towel_folded(cloth, 
     assert all(cloth.success(f) for f in final)
 
 
-def test_a_held_point_is_placed_from_where_it_is_without_letting_go_first(cloth, misplaced_towel):
-    # the first re-grasp rehearsed up to the first tick where the corner is held
+@pytest.fixture(scope="module")
+def held_towel(cloth, misplaced_towel):
+    """The misplaced towel's first re-grasp rehearsed up to the first tick where the corner is
+    held (the grasp activation set closed), and the task error there."""
     m = cloth.model
     chunk = cloth.repair_primitive().candidates(misplaced_towel, 5)[:1]
     r = MujocoTwin(m, cloth.param_space()).rollout(misplaced_towel, np.repeat(chunk, cloth.substeps, axis=1))
     q = r.qpos[0, 0, :: cloth.substeps]
     k = next(k for k in range(1, 6) if chunk[0, k - 1, 3] == 1 and cloth.grasp_gap(q[k]) < 0.5 * cloth.capture_radius)
-    held = np.concatenate([q[k], r.qvel[0, 0, k * cloth.substeps], [1.0]])  # the grasp's activation: closed
+    return np.concatenate([q[k], r.qvel[0, 0, k * cloth.substeps], [1.0]]), float(cloth.error(q[k]))
+
+
+def test_a_held_point_is_placed_from_where_it_is_without_letting_go_first(cloth, held_towel):
+    held, error = held_towel
     place = cloth.repair_primitive().candidates(held, 10)
     assert len(place) and (place[:, 0, 3] == 1).all()  # carried on, not dropped and picked up again
     err, _ = rehearse(cloth, held, place)
-    assert cloth.error(q[k]) > cloth.tolerance and (err[:, -1] < cloth.tolerance).all()
+    assert error > cloth.tolerance and (err[:, -1] < cloth.tolerance).all()
+
+
+def test_a_repair_without_place_waits_for_the_point_to_be_let_go(cloth, held_towel):
+    rep = cloth.repair_primitive()
+    regrasp_only = PlaceRepair(cloth, rep.point, rep.goal, RepairConfig(place=False))
+    assert regrasp_only.candidates(held_towel[0], 5).shape == (0, 5, 4)
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)

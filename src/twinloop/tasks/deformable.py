@@ -448,6 +448,8 @@ class RepairConfig:
         pinch: gripper height above the point when grasping and placing (m).
         back_off: how far the gripper rises after the release (m).
         lag: how far (s) the PD stage trails its target; targets run this far ahead.
+        place: also offered while the point is still held (carry it on from where it is and
+            let go on the goal); off: only once it has been let go (a re-grasp).
     """
 
     reach: float = 0.12
@@ -458,6 +460,7 @@ class RepairConfig:
     pinch: float = 0.01
     back_off: float = 0.05
     lag: float = 0.05
+    place: bool = True
 
     def __post_init__(self):
         for name in ("reach", "travel_speed", "hover", "pinch", "back_off"):
@@ -511,6 +514,8 @@ class PlaceRepair:
             return np.empty((0, int(ticks), t.nu))
         residual = (t.goal - pts[t._err]).mean(axis=0) * [1.0, 1.0, 0.0]
         held = act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius
+        if held and not cfg.place:
+            return np.empty((0, int(ticks), t.nu))
         if held:  # place: carry on from here
             start, t0 = [(0.0, grip, 1.0)], 0.0
         else:  # over the point, down, close (one tick for the grasp to build up)
