@@ -16,7 +16,7 @@ from twinloop.policies.distilled import PolicyConfig
 from twinloop.run.compare import RunConfig, build, controller_in_world
 from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import make_task
-from twinloop.tasks.cloth_fold import fold
+from twinloop.tasks.cloth_fold import N, fold
 from twinloop.tasks.deformable import PlaceRepair, RepairConfig, SwingScript
 from twinloop.tasks.rope_shape import LINK, LINKS, RADIUS_MAX, u_curve
 from twinloop.twin import MujocoTwin
@@ -414,3 +414,19 @@ def test_repair_on_a_task_without_one_is_refused():
         build(RunConfig(task="push-t", repair=True), check_twin=False)
     with pytest.raises(TwinloopError, match="repair object has no candidates"):
         Controller(build(RunConfig(task="cloth-fold"), check_twin=False)[3], repair=object())
+
+
+def test_a_point_held_on_its_goal_is_let_go_at_once(cloth):
+    # the bottom layer 4 cm off, corner a held on its goal: a plan that waited a tick before
+    # opening would be re-planned every tick into holding it forever
+    m = cloth.model
+    s = np.zeros(cloth.nstate)
+    s[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    s[cloth._vq[:, None] + np.arange(2)] += [0.03, -0.03]
+    s[cloth._vq[N * (N - 1)] + np.arange(2)] -= [0.03, -0.03]
+    s[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.01]
+    s[m.nq + m.nv] = 1.0
+    assert cloth.error(s[: m.nq]) > cloth.tolerance
+    rep = cloth.repair_primitive()
+    on_goal = PlaceRepair(cloth, rep.point, rep.goal, RepairConfig(overshoot=(0.0,))).candidates(s, 5)
+    assert len(on_goal) and (on_goal[:, 0, 3] == 0).all()

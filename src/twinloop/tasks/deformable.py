@@ -532,12 +532,14 @@ class PlaceRepair:
         return np.stack(out)
 
     def _carry(self, frm: np.ndarray, to: np.ndarray, height: float, t0: float) -> list:
-        """Keys ``(time, target, grasp)``: up ``height`` over the midpoint, down onto ``to``,
-        held there a control period (the stage trails its target), opened there for another
-        (the grasp's activation decays over about 0.1 s: a finger leaving at once drags the
-        point up), then back off upward."""
+        """Keys ``(time, target, grasp)``: up ``height`` (at most the distance to go: a point
+        already there is not lifted) over the midpoint, down onto ``to``, held there until the
+        tick that starts there (the stage trails its target), opened there for another control
+        period (the grasp's activation decays over about 0.1 s: a finger leaving at once drags
+        the point up), then back off upward. A point held on its target is let go at once: a
+        plan that always waits one more tick is re-planned into never letting go."""
         cfg, dt = self.config, self.task.control_period
-        mid = (frm + to) / 2 + [0, 0, height]
+        mid = (frm + to) / 2 + [0, 0, min(height, float(np.linalg.norm(to - frm)))]
         t1 = t0 + np.linalg.norm(mid - frm) / cfg.travel_speed
         t2 = t1 + np.linalg.norm(to - mid) / cfg.travel_speed
         up = to + [0, 0, cfg.back_off]
