@@ -430,3 +430,14 @@ def test_a_point_held_on_its_goal_is_let_go_at_once(cloth):
     rep = cloth.repair_primitive()
     on_goal = PlaceRepair(cloth, rep.point, rep.goal, RepairConfig(overshoot=(0.0,))).candidates(s, 5)
     assert len(on_goal) and (on_goal[:, 0, 3] == 0).all()
+
+
+def test_a_towel_folded_but_still_held_is_offered_the_release(cloth):
+    m = cloth.model
+    s = np.zeros(cloth.nstate)
+    s[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    s[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.01]
+    s[m.nq + m.nv] = 1.0
+    assert cloth.error(s[: m.nq]) < cloth.tolerance and not cloth.success(s[: m.nq])
+    chunks = cloth.repair_primitive().candidates(s, 5)
+    assert len(chunks) and (chunks[:, 0, 3] == 0).all()

@@ -483,7 +483,8 @@ class PlaceRepair:
     (:class:`RepairConfig`), gripper targets and grasp commands per control tick (each target
     ``lag`` ahead, as :class:`SwingScript`'s), read from the estimated state; ``n = 0`` when
     the point lies farther than ``reach`` from its goal (the repair cannot do the task from
-    its start) or the task's error is already within tolerance. The refiner rehearses them
+    its start) or the task already succeeds (a shape within tolerance whose point is still held
+    is offered the place: let go). The refiner rehearses them
     beside its own samples and sends one only where the twin rates it cheapest.
 
     Args:
@@ -510,7 +511,7 @@ class PlaceRepair:
         q = s[: m.nq]
         pts = t.keypoint_positions(q)
         p = pts[self.point]
-        if np.linalg.norm((p - self.goal)[:2]) > cfg.reach or float(t.error(q)) <= t.tolerance:
+        if np.linalg.norm((p - self.goal)[:2]) > cfg.reach or t.success(q):
             return np.empty((0, int(ticks), t.nu))
         residual = (t.goal - pts[t._err]).mean(axis=0) * [1.0, 1.0, 0.0]
         held = act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius
