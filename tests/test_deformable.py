@@ -441,3 +441,12 @@ def test_a_towel_folded_but_still_held_is_offered_the_release(cloth):
     assert cloth.error(s[: m.nq]) < cloth.tolerance and not cloth.success(s[: m.nq])
     chunks = cloth.repair_primitive().candidates(s, 5)
     assert len(chunks) and (chunks[:, 0, 3] == 0).all()
+
+
+def test_a_folded_towel_let_go_with_the_finger_still_near_is_not_grasped_again(cloth):
+    m = cloth.model
+    s = np.zeros(cloth.nstate)
+    s[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    s[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.015]  # not yet backed off: no success
+    assert cloth.error(s[: m.nq]) < cloth.tolerance and not cloth.success(s[: m.nq])
+    assert cloth.repair_primitive().candidates(s, 5).shape == (0, 5, 4)

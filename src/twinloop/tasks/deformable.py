@@ -483,8 +483,10 @@ class PlaceRepair:
     (:class:`RepairConfig`), gripper targets and grasp commands per control tick (each target
     ``lag`` ahead, as :class:`SwingScript`'s), read from the estimated state; ``n = 0`` when
     the point lies farther than ``reach`` from its goal (the repair cannot do the task from
-    its start) or the task already succeeds (a shape within tolerance whose point is still held
-    is offered the place: let go). The refiner rehearses them
+    its start) or the task's error is within tolerance with the point let go (a shape within
+    tolerance whose point is still held is offered the place: let go there; once let go, a
+    gripper still near is not re-grasping: an offer then pinched a finished towel again and
+    again). The refiner rehearses them
     beside its own samples and sends one only where the twin rates it cheapest.
 
     Args:
@@ -511,12 +513,11 @@ class PlaceRepair:
         q = s[: m.nq]
         pts = t.keypoint_positions(q)
         p = pts[self.point]
-        if np.linalg.norm((p - self.goal)[:2]) > cfg.reach or t.success(q):
+        held = act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius
+        done = float(t.error(q)) <= t.tolerance and not held  # let go within tolerance: backing off is not a repair
+        if np.linalg.norm((p - self.goal)[:2]) > cfg.reach or done or (held and not cfg.place):
             return np.empty((0, int(ticks), t.nu))
         residual = (t.goal - pts[t._err]).mean(axis=0) * [1.0, 1.0, 0.0]
-        held = act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius
-        if held and not cfg.place:
-            return np.empty((0, int(ticks), t.nu))
         if held:  # place: carry on from here
             start, t0 = [(0.0, grip, 1.0)], 0.0
         else:  # over the point, down, close (one tick for the grasp to build up)
