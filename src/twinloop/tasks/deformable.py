@@ -438,9 +438,9 @@ class RepairConfig:
     Attributes:
         reach: the repair is offered only while the grasped point lies within this horizontal
             distance of its goal (a local correction; the tasks' points start 33-42 cm away).
-        heights: carry heights of the point above the straight line to its target, one
-            candidate each (m).
-        overshoot: fractions of the shape's mean horizontal residual (the other scored points'
+        heights: how high the point is lifted over the midpoint of its way (at most the
+            distance to go), one candidate each (m).
+        overshoot: fractions of the shape's mean horizontal residual (the scored points' mean
             offset from their goals) added to the target, one candidate each: 0 places the
             point on its goal, 1 drags it past by the residual, pulling the rest along.
         travel_speed: gripper speed (m/s), flying and carrying.
@@ -486,8 +486,8 @@ class PlaceRepair:
     its start) or the task's error is within tolerance with the point let go (a shape within
     tolerance whose point is still held is offered the place: let go there; once let go, a
     gripper still near is not re-grasping: an offer then pinched a finished towel again and
-    again). The refiner rehearses them
-    beside its own samples and sends one only where the twin rates it cheapest.
+    again). The refiner rehearses them beside its own samples and sends one only where the
+    twin rates it cheapest.
 
     Args:
         task: the task.
@@ -519,7 +519,7 @@ class PlaceRepair:
             return np.empty((0, int(ticks), t.nu))
         residual = (t.goal - pts[t._err]).mean(axis=0) * [1.0, 1.0, 0.0]
         if held:  # place: carry on from here
-            start, t0 = [(0.0, grip, 1.0)], 0.0
+            start = [(0.0, grip, 1.0)]
         else:  # over the point, down, close (one tick for the grasp to build up)
             above, at = p + [0, 0, cfg.hover], p + [0, 0, cfg.pinch]
             t1 = np.linalg.norm(above - grip) / cfg.travel_speed
