@@ -12,7 +12,10 @@ robot is told its world's hidden values) plans in a twin with the world's hidden
 (``Refiner.set_params``); ``--true-state`` (also a diagnostic) plans from the world's true state
 (``SimWorld.true_state``: every vertex, the grasp's activation) instead of the keypoint estimate;
 ``--prior-weight W`` sets MPPI's ``prior_weight`` (the sampling mean is ``W prior + (1 - W)
-warm``; 0.5 by default).
+warm``; 0.5 by default); ``--repair`` offers the task's repair (``twinloop run --repair``), and
+with it ``--no-place`` (re-grasps only: ``RepairConfig.place`` off) and ``--reach R``
+(``RepairConfig.reach``) screen its knobs. A traced tick where repairs were offered ends with
+``r<n> <d>``: n candidates, the target sent d mm from the nearest one's first target.
 
     python benchmarks/refined_trace.py --proposer distilled --checkpoint policy_round1.pt \\
         --exact-prior --episodes 1 4 7 --trace
@@ -33,6 +36,7 @@ from twinloop.control import RefinerConfig
 from twinloop.run.compare import RunConfig, controller_in_world, episode_seeds
 from twinloop.run.experiment import run_episode
 from twinloop.stats import wilson
+from twinloop.tasks.deformable import PlaceRepair
 
 
 class Recording:
@@ -63,7 +67,11 @@ def traced(world, ctl, seed: int, max_ticks: int) -> None:
     print(f"== episode seed {seed}\n k | prior grasp | prior target mm | sent target mm, grasp | twin cost sent, prior "
           "| gap, height, to goal, error mm")
     for k in range(1, max_ticks + 1):
+        offered = (np.empty((0, 1, task.nu)) if ctl.repair is None
+                   else ctl.repair.candidates(task.state_from_obs(obs), ctl.refiner.spec.horizon_ticks))
         a = ctl.act(obs, info)
+        # "r4 d": 4 repair candidates offered, the target sent d mm from the nearest one's first
+        mark = "" if not len(offered) else f" r{len(offered)} {1000 * np.abs(offered[:, 0, :3] - a[:3]).max(axis=1).min():.0f}"
         t, chunk = ctl.last, ctl.proposer.last
         obs, info = world.step(a)
         q = info["qpos"]
@@ -72,7 +80,7 @@ def traced(world, ctl, seed: int, max_ticks: int) -> None:
         print(f"{k:2d} | {' '.join(f'{g:.1f}' for g in chunk[:, 3])} | {' '.join(f'{1000 * v:4.0f}' for v in chunk[0, :3])} | "
               f"{' '.join(f'{1000 * v:4.0f}' for v in a[:3])} {a[3]:.2f} | {t.cost:7.2f} {t.prior_cost:7.2f} | "
               f"{1000 * float(task.grasp_gap(q)):4.0f} {1000 * p[2]:4.0f} {1000 * np.linalg.norm(p - goal):4.0f} "
-              f"{1000 * float(task.error(q)):4.0f}" + ("  success" if ok else ""))
+              f"{1000 * float(task.error(q)):4.0f}" + mark + ("  success" if ok else ""))
         if ok:
             break
 
@@ -92,6 +100,9 @@ def main() -> None:
     p.add_argument("-k", type=int, default=64)
     p.add_argument("--horizon", type=float, default=1.0)
     p.add_argument("--proposal-samples", type=int, default=0)
+    p.add_argument("--repair", action="store_true", help="offer the task's repair (RunConfig.repair)")
+    p.add_argument("--no-place", action="store_true", help="with --repair: re-grasps only, no place while held")
+    p.add_argument("--reach", type=float, default=None, help="with --repair: RepairConfig.reach (m)")
     p.add_argument("--oracle", action="store_true", help="plan in a twin with the world's hidden parameters")
     p.add_argument("--true-state", action="store_true", help="plan from the world's true state, not the estimate")
     p.add_argument("--prior-weight", type=float, default=None, help="MPPI prior_weight (default: MPPI's)")
@@ -99,7 +110,7 @@ def main() -> None:
     a = p.parse_args()
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior, binary_actions=a.binary_actions)
     cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
-                    checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples,
+                    checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples, repair=a.repair,
                     episodes=max(a.episodes) + 1, video=False, record=False)
     world, ctl = controller_in_world(cfg, "refined")
     if a.oracle:
@@ -107,6 +118,10 @@ def main() -> None:
         ctl.refiner.set_params(np.array([[hidden[n] for n in ctl.refiner.twin.param_space.names]]))
     if a.true_state:  # the controller (and only it) reads the state through this instance's method
         ctl.task.state_from_obs = lambda obs: world.true_state()
+    if a.repair and (a.no_place or a.reach is not None):
+        rep = ctl.repair
+        ctl.repair = PlaceRepair(rep.task, rep.point, rep.goal, replace(rep.config, place=not a.no_place,
+                                                                        reach=a.reach or rep.config.reach))
     if a.prior_weight is not None:
         ctl.refiner.optimizer = replace(ctl.refiner.optimizer, prior_weight=a.prior_weight)
     seeds = [episode_seeds(cfg)[i] for i in a.episodes]

@@ -275,3 +275,8 @@ def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms
     assert all(r["refits"] == [] for r in rows)  # flag: watches, never acts
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["per_episode"] == s["per_episode"]
+
+
+def test_run_repair_on_a_task_without_one_exits_with_its_reason(tmp_path):
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair", "--no-video", "--no-record"])
+    assert res.exit_code == 2 and "task 'block-push' has no repair primitive" in res.output

@@ -2,6 +2,7 @@
 shifted cloth physics, scripted proposers."""
 
 import json
+from dataclasses import replace
 
 import mujoco
 import numpy as np
@@ -13,9 +14,11 @@ from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.policies.distilled import PolicyConfig
+from twinloop.run.compare import RunConfig, build, controller_in_world
 from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import make_task
-from twinloop.tasks.cloth_fold import fold
+from twinloop.tasks.cloth_fold import N, fold
+from twinloop.tasks.deformable import PlaceRepair, RepairConfig, SwingScript
 from twinloop.tasks.rope_shape import LINK, LINKS, RADIUS_MAX, u_curve
 from twinloop.twin import MujocoTwin
 from twinloop.worlds import ShiftedWorld, SimWorld
@@ -340,3 +343,157 @@ def test_binary_actions_are_refused_for_a_task_without_any():
     twin = MujocoTwin(task.model, task.param_space(), nthread=1)
     with pytest.raises(TwinloopError, match="binary_actions=True: task 'block-push' declares no binary actions"):
         Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(binary_actions=True))
+
+
+# -- the repair primitive (PlaceRepair) --------------------------------------------------------
+
+def misplaced(task, off=(0.0, -0.06, 0.0), ticks=14, seed=3):
+    """A state at rest in the nominal world after the task's swing aimed ``off`` (m) from the
+    grasped point's goal and let go there (towel: corner a 55 mm off, error 24 mm)."""
+    script = task.default_proposer()
+    goal = task.goal_of(task.grasp_point)
+    aimed = SwingScript(task, script.point, 2 * script.centre - goal, goal + off, script.config)
+    world = SimWorld(task)
+    obs = world.reset(seed)
+    for _ in range(ticks):
+        obs, _ = world.step(aimed.propose(obs, task.state_from_obs(obs))[0])
+    return world.true_state()
+
+
+def rehearse(task, state, chunks, hold_ticks=3):
+    """``(n, ticks + hold_ticks + 1)`` task error per control tick of each chunk rolled out in
+    the nominal twin (its last action held ``hold_ticks`` more), and the final ``qpos``."""
+    ext = np.concatenate([chunks, np.repeat(chunks[:, -1:], hold_ticks, axis=1)], axis=1)
+    r = MujocoTwin(task.model, task.param_space()).rollout(state, np.repeat(ext, task.substeps, axis=1))
+    q = r.qpos[0][:, :: task.substeps]
+    return task.error(q), q[:, -1]
+
+
+@pytest.fixture(scope="module")
+def misplaced_towel(cloth):
+    return misplaced(cloth)
+
+
+def test_a_repair_re_grasps_a_misplaced_corner_and_lays_the_towel_folded(cloth, misplaced_towel):
+    s = misplaced_towel
+    q = s[: cloth.model.nq]
+    corner = cloth.keypoint_positions(q)[cloth.point_index("corner_a")]
+    assert np.linalg.norm(corner - cloth.goal_of("corner_a")) > 0.04 and cloth.error(q) > cloth.tolerance
+    chunks = cloth.repair_primitive().candidates(s, 10)  # 2 s: through the release and the back-off
+    assert chunks.shape == (4, 10, 4) and (chunks[:, 0, 3] == 0).all()  # released: fly over it open
+    err, final = rehearse(cloth, s, chunks)
+    assert (err[:, -1] < 0.5 * cloth.error(q)).all()
+    assert all(cloth.success(f) for f in final)
+
+
+@pytest.fixture(scope="module")
+def held_towel(cloth, misplaced_towel):
+    """The misplaced towel's first re-grasp rehearsed up to the first tick where the corner is
+    held (the grasp activation set closed), and the task error there."""
+    m = cloth.model
+    chunk = cloth.repair_primitive().candidates(misplaced_towel, 5)[:1]
+    r = MujocoTwin(m, cloth.param_space()).rollout(misplaced_towel, np.repeat(chunk, cloth.substeps, axis=1))
+    q = r.qpos[0, 0, :: cloth.substeps]
+    k = next(k for k in range(1, 6) if chunk[0, k - 1, 3] == 1 and cloth.grasp_gap(q[k]) < 0.5 * cloth.capture_radius)
+    return np.concatenate([q[k], r.qvel[0, 0, k * cloth.substeps], [1.0]]), float(cloth.error(q[k]))
+
+
+def test_a_held_point_is_placed_from_where_it_is_without_letting_go_first(cloth, held_towel):
+    held, error = held_towel
+    place = cloth.repair_primitive().candidates(held, 10)
+    assert len(place) and (place[:, 0, 3] == 1).all()  # carried on, not dropped and picked up again
+    err, _ = rehearse(cloth, held, place)
+    assert error > cloth.tolerance and (err[:, -1] < cloth.tolerance).all()
+
+
+def test_a_repair_without_place_waits_for_the_point_to_be_let_go(cloth, held_towel):
+    rep = cloth.repair_primitive()
+    regrasp_only = PlaceRepair(cloth, rep.point, rep.goal, RepairConfig(place=False))
+    assert regrasp_only.candidates(held_towel[0], 5).shape == (0, 5, 4)
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_no_repair_is_offered_far_from_the_goal(name):
+    task = make_task(name)
+    start = task.initial_state(np.random.default_rng(0))  # the point starts 33-42 cm from its goal
+    p = task.keypoint_positions(start[: task.model.nq])[task.point_index(task.grasp_point)]
+    assert np.linalg.norm((p - task.goal_of(task.grasp_point))[:2]) > 0.3
+    assert task.repair_primitive().candidates(start, 5).shape == (0, 5, 4)
+
+
+def test_no_repair_is_offered_to_a_towel_already_folded(cloth):
+    m = cloth.model
+    folded = np.zeros(cloth.nstate)
+    folded[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    folded[0:3] = [0.0, 0.0, 0.2]
+    assert cloth.error(folded[: m.nq]) < cloth.tolerance
+    assert cloth.repair_primitive().candidates(folded, 5).shape == (0, 5, 4)
+
+
+def test_bad_repair_input_is_refused(cloth, misplaced_towel):
+    with pytest.raises(TwinloopError, match="ticks must be an integer >= 1, got 0"):
+        cloth.repair_primitive().candidates(misplaced_towel, 0)
+    with pytest.raises(TwinloopError, match="state"):
+        cloth.repair_primitive().candidates(misplaced_towel[:-1], 5)
+    with pytest.raises(TwinloopError, match=r"RepairConfig.reach must be > 0, got -0.1"):
+        RepairConfig(reach=-0.1)
+    with pytest.raises(TwinloopError, match="at least one height"):
+        RepairConfig(heights=())
+
+
+def test_run_repair_offers_the_repair_in_the_refined_controllers_first_batch(misplaced_towel):
+    # K=5 without a proposer: the incumbent, then the 4 repairs in place of samples
+    cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, video=False, record=False,
+                    refiner=RefinerConfig(num_samples=5, horizon=1.0, exact_prior=True))
+    _, ctl = controller_in_world(cfg, "refined")
+    _, res = ctl.plan(None, misplaced_towel, None)
+    plans = [ctl.refiner.plan_from_actions(c) for c in ctl.repair.candidates(misplaced_towel, 5)]
+    _, want = ctl.refiner.evaluate(misplaced_towel, np.stack([p.knots for p in plans]),
+                                   detail=np.stack([p.detail for p in plans]))
+    np.testing.assert_allclose(res.result.costs[1:], want, rtol=1e-9)
+    assert res.cost == pytest.approx(min(res.result.costs))
+    base = controller_in_world(replace(cfg, proposer="scripted"), "base")[1]
+    assert base.repair is None  # the base row is the proposer alone
+
+
+def test_repair_on_a_task_without_one_is_refused():
+    with pytest.raises(TwinloopError, match="task 'push-t' has no repair primitive"):
+        build(RunConfig(task="push-t", repair=True), check_twin=False)
+    with pytest.raises(TwinloopError, match="repair object has no candidates"):
+        Controller(build(RunConfig(task="cloth-fold"), check_twin=False)[3], repair=object())
+
+
+def test_a_point_held_on_its_goal_is_let_go_at_once(cloth):
+    # the bottom layer 4 cm off, corner a held on its goal: a plan that waited a tick before
+    # opening would be re-planned every tick into holding it forever
+    m = cloth.model
+    s = np.zeros(cloth.nstate)
+    s[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    s[cloth._vq[:, None] + np.arange(2)] += [0.03, -0.03]
+    s[cloth._vq[N * (N - 1)] + np.arange(2)] -= [0.03, -0.03]
+    s[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.01]
+    s[m.nq + m.nv] = 1.0
+    assert cloth.error(s[: m.nq]) > cloth.tolerance
+    rep = cloth.repair_primitive()
+    on_goal = PlaceRepair(cloth, rep.point, rep.goal, RepairConfig(overshoot=(0.0,))).candidates(s, 5)
+    assert len(on_goal) and (on_goal[:, 0, 3] == 0).all()
+
+
+def test_a_towel_folded_but_still_held_is_offered_the_release(cloth):
+    m = cloth.model
+    s = np.zeros(cloth.nstate)
+    s[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    s[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.01]
+    s[m.nq + m.nv] = 1.0
+    assert cloth.error(s[: m.nq]) < cloth.tolerance and not cloth.success(s[: m.nq])
+    chunks = cloth.repair_primitive().candidates(s, 5)
+    assert len(chunks) and (chunks[:, 0, 3] == 0).all()
+
+
+def test_a_folded_towel_let_go_with_the_finger_still_near_is_not_grasped_again(cloth):
+    m = cloth.model
+    s = np.zeros(cloth.nstate)
+    s[cloth._vq[:, None] + np.arange(3)] = fold(cloth.rest) - cloth.rest
+    s[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.015]  # not yet backed off: no success
+    assert cloth.error(s[: m.nq]) < cloth.tolerance and not cloth.success(s[: m.nq])
+    assert cloth.repair_primitive().candidates(s, 5).shape == (0, 5, 4)

@@ -510,13 +510,19 @@ class Controller:
     rest of the episode, as the monitor is configured, and ``last.alarm`` says why. Particles
     a monitor changed are restored at ``reset``.
 
+    With a ``repair`` (a task's :meth:`~twinloop.tasks.Task.repair_primitive`) each refined
+    tick also offers its candidate chunks for the current state, the way a stochastic
+    proposer's samples are offered (``proposal_samples``): they join the first batch of any
+    optimizer, rehearsed with their own per-tick detail under ``exact_prior``. The baseline
+    (``refine=False``) never sees them.
+
     With an actuation delay (``RefinerConfig.actuation_delay``) the controller keeps the
     delay line, the controls it sent that have not reached the actuators yet, and each tick's
     candidates are rolled out behind it (see :meth:`Refiner.refine`).
     """
 
     def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0,
-                 monitor=None, warm_start: bool = True):
+                 monitor=None, warm_start: bool = True, repair=None):
         if not refine and proposer is None:
             raise TwinloopError("a controller without refinement needs a proposer")
         if not isinstance(refiner, Refiner):
@@ -527,6 +533,9 @@ class Controller:
         self.warm_start = bool(warm_start)
         self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
         check_samples(proposer, self.proposal_samples, type(proposer).__name__)
+        if repair is not None and not callable(getattr(repair, "candidates", None)):
+            raise TwinloopError(f"repair {type(repair).__name__} has no candidates(state, ticks) method")
+        self.repair = repair
         self.task = refiner.task
         self.monitor = monitor
         if monitor is not None and monitor.config.action in ("widen", "refit", "adapt") and not len(refiner.twin.param_space):
@@ -628,15 +637,18 @@ class Controller:
         returns the plan and what happened. If refinement fails the base proposal (or the
         warm plan) is returned and counted."""
         prior = proposals = detail = None
+        # chunks offered beside the prior: the task's repairs first, then the proposer's samples
+        chunks = [] if self.repair is None else list(self.repair.candidates(state, self.refiner.spec.horizon_ticks))
         if self.proposer is not None:
             prior = self.refiner.plan_from_actions(self._proposal(obs, state))
             if self.proposal_samples > 0:
-                plans = [self.refiner.plan_from_actions(c)
-                         for c in self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng)]
-                proposals = np.stack([p.knots for p in plans])
-                if any(p.detail is not None for p in plans):
-                    zero = np.zeros((self.refiner.spec.horizon_ticks, self.task.nu))
-                    detail = np.stack([zero if p.detail is None else p.detail for p in plans])
+                chunks += list(self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng))
+        if chunks:
+            plans = [self.refiner.plan_from_actions(c) for c in chunks]
+            proposals = np.stack([p.knots for p in plans])
+            if any(p.detail is not None for p in plans):
+                zero = np.zeros((self.refiner.spec.horizon_ticks, self.task.nu))
+                detail = np.stack([zero if p.detail is None else p.detail for p in plans])
         if warm is None:
             # start still: hold the pusher where it is if the task can say where that is
             warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
@@ -726,8 +738,8 @@ class AsyncController(Controller):
     """
 
     def __init__(self, refiner: Refiner, proposer=None, config: AsyncConfig | None = None,
-                 proposal_samples: int = 0):
-        super().__init__(refiner, proposer, refine=True, proposal_samples=proposal_samples)
+                 proposal_samples: int = 0, repair=None):
+        super().__init__(refiner, proposer, refine=True, proposal_samples=proposal_samples, repair=repair)
         self.config = config or AsyncConfig()
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None

@@ -77,6 +77,11 @@ class RunConfig:
             (the prior): they join the first batch of any optimizer
             (:meth:`~twinloop.control.Refiner.refine`), rehearsed exactly with
             ``refiner.exact_prior``. At most ``refiner.num_samples - 2``; 0: the proposal alone.
+        repair: offer the task's local repair (:meth:`Task.repair_primitive
+            <twinloop.tasks.Task.repair_primitive>`; the grasp tasks': re-grasp or place a
+            misplaced point near its goal) to the refined controller each tick, beside the
+            proposal samples and the same way; the base row is the proposer alone either way.
+            A task without one is refused.
         episodes: episodes per controller.
         first_episode: index of the first episode: a run split into pieces (``first_episode``
             0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does.
@@ -140,6 +145,7 @@ class RunConfig:
     proposer: str = "scripted"
     checkpoint: str | None = None
     proposal_samples: int = 0
+    repair: bool = False
     episodes: int = 20
     first_episode: int = 0
     seed: int = 0
@@ -232,6 +238,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
+    if cfg.repair and task.repair_primitive() is None:
+        raise TwinloopError(f"repair=True: task {cfg.task!r} has no repair primitive (Task.repair_primitive)")
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
     if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
@@ -278,7 +286,8 @@ def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
     if name == "base":
         return world, Controller(refiner, proposer, refine=False)
     if cfg.realtime:
-        return world, AsyncController(refiner, proposer, cfg.async_control, proposal_samples=cfg.proposal_samples)
+        return world, AsyncController(refiner, proposer, cfg.async_control, proposal_samples=cfg.proposal_samples,
+                                      repair=task.repair_primitive() if cfg.repair else None)
     return world, refined_controller(cfg, task, proposer, refiner, watch)
 
 
@@ -290,7 +299,8 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
         if watch is None:
             raise TwinloopError("a monitored run's refined controller needs the monitor's (error, threshold)")
         monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
-    return Controller(refiner, proposer, monitor=monitor, proposal_samples=cfg.proposal_samples)
+    return Controller(refiner, proposer, monitor=monitor, proposal_samples=cfg.proposal_samples,
+                      repair=task.repair_primitive() if cfg.repair else None)
 
 
 def monitor_config(cfg: RunConfig) -> MonitorConfig:

@@ -288,6 +288,12 @@ class Task:
         when the task has none (refinement then starts from nothing)."""
         return None
 
+    def repair_primitive(self):
+        """The task's local repair (``candidates(state, ticks) -> (n, ticks, nu)``: action chunks
+        that correct a misplaced object near its goal, offered to the refiner beside its samples
+        by ``RunConfig.repair``), or ``None`` when the task has none (default)."""
+        return None
+
     def excitation(self, seed: int, kind: str = "excite") -> Callable[[np.ndarray, int], np.ndarray]:
         """A seeded policy ``f(obs, tick) -> action`` that excites the dynamics for calibration.
 

@@ -281,6 +281,11 @@ class GraspTask(Task):
     def goal_features(self) -> np.ndarray:
         return self.goal.ravel().copy()
 
+    def repair_primitive(self) -> PlaceRepair:
+        """Re-grasp or place the grasped point where it belongs (:class:`PlaceRepair`), offered
+        only near its goal: a local correction of a misplaced release, not the task from its start."""
+        return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point))
+
     def trace_points(self, qpos, sensordata) -> np.ndarray:
         """The gripper and the traced keypoints (the grasped corner's path above all)."""
         s = np.asarray(sensordata)
@@ -315,6 +320,19 @@ class GraspTask(Task):
             return np.clip(np.asarray(a, dtype=float), lo, hi)
 
         return f
+
+
+def sample_keys(task: GraspTask, keys: list, ticks: int, lag: float) -> np.ndarray:
+    """``(ticks, 4)`` actions from keys ``(time s, (3,) gripper target m, grasp 0-1)``: targets
+    interpolated linearly between keys at the tick times, ``lag`` ahead (where the PD stage
+    should be then), the grasp command of the last key reached; clipped to the action bounds."""
+    times = np.array([k[0] for k in keys])
+    xyz = np.array([k[1] for k in keys])
+    grasp = np.array([k[2] for k in keys])
+    at = task.control_period * np.arange(1, ticks + 1) + lag
+    out = np.column_stack([*(np.interp(at, times, xyz[:, i]) for i in range(3)),
+                           grasp[np.searchsorted(times, at, side="right") - 1]])
+    return np.clip(out, task.action_low, task.action_high)
 
 
 @dataclass(frozen=True)
@@ -411,12 +429,123 @@ class SwingScript:
         return keys + [(times[-1] + 0.08 / cfg.travel_speed, arc[-1] + [0, 0, 0.08], 0.0)]
 
     def _sample(self, keys: list) -> np.ndarray:
-        """``(H, 4)``: targets interpolated linearly between keys at the tick times (``lag``
-        ahead), the grasp command of the last key reached."""
-        times = np.array([k[0] for k in keys])
-        xyz = np.array([k[1] for k in keys])
-        grasp = np.array([k[2] for k in keys])
-        at = self.dt * np.arange(1, self.H + 1) + self.config.lag
-        out = np.column_stack([*(np.interp(at, times, xyz[:, i]) for i in range(3)),
-                               grasp[np.searchsorted(times, at, side="right") - 1]])
-        return np.clip(out, self.task.action_low, self.task.action_high)
+        return sample_keys(self.task, keys, self.H, self.config.lag)
+
+
+@dataclass(frozen=True)
+class RepairConfig:
+    """Knobs of :class:`PlaceRepair` (metres, seconds).
+
+    Attributes:
+        reach: the repair is offered only while the grasped point lies within this horizontal
+            distance of its goal (a local correction; the tasks' points start 33-42 cm away).
+        heights: how high the point is lifted over the midpoint of its way (at most the
+            distance to go), one candidate each (m).
+        overshoot: fractions of the shape's mean horizontal residual (the scored points' mean
+            offset from their goals) added to the target, one candidate each: 0 places the
+            point on its goal, 1 drags it past by the residual, pulling the rest along.
+        travel_speed: gripper speed (m/s), flying and carrying.
+        hover: height above the point to descend from (m).
+        pinch: gripper height above the point when grasping and placing (m).
+        back_off: how far the gripper rises after the release (m).
+        lag: how far (s) the PD stage trails its target; targets run this far ahead.
+        place: also offered while the point is still held (carry it on from where it is and
+            let go on the goal); off: only once it has been let go (a re-grasp).
+    """
+
+    reach: float = 0.12
+    heights: tuple[float, ...] = (0.02, 0.05)
+    overshoot: tuple[float, ...] = (0.0, 1.0)
+    travel_speed: float = 0.4
+    hover: float = 0.03
+    pinch: float = 0.01
+    back_off: float = 0.05
+    lag: float = 0.05
+    place: bool = True
+
+    def __post_init__(self):
+        for name in ("reach", "travel_speed", "hover", "pinch", "back_off"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v > 0):
+                raise TwinloopError(f"RepairConfig.{name} must be > 0, got {v!r}")
+        if not self.heights or not self.overshoot:
+            raise TwinloopError(f"RepairConfig needs at least one height and one overshoot, got {self.heights!r}, "
+                                f"{self.overshoot!r}")
+        if not 0 <= self.lag < 1:
+            raise TwinloopError(f"RepairConfig.lag must be in [0, 1) s, got {self.lag!r}")
+
+
+class PlaceRepair:
+    """A local repair of a grasp task: candidate action chunks that re-grasp the grasped point
+    where it now lies (or, while it is still held, go on from there), carry it to its goal,
+    release it and back off.
+
+    ``candidates(state, ticks) -> (n, ticks, 4)``: one chunk per carry height and overshoot
+    (:class:`RepairConfig`), gripper targets and grasp commands per control tick (each target
+    ``lag`` ahead, as :class:`SwingScript`'s), read from the estimated state; ``n = 0`` when
+    the point lies farther than ``reach`` from its goal (the repair cannot do the task from
+    its start) or the task's error is within tolerance with the point let go (a shape within
+    tolerance whose point is still held is offered the place: let go there; once let go, a
+    gripper still near is not re-grasping: an offer then pinched a finished towel again and
+    again). The refiner rehearses them beside its own samples and sends one only where the
+    twin rates it cheapest.
+
+    Args:
+        task: the task.
+        point: index of the grasped point among ``task.points``.
+        goal: ``(3,)`` where that point belongs.
+        config: :class:`RepairConfig`.
+    """
+
+    def __init__(self, task: GraspTask, point: int, goal, config: RepairConfig | None = None):
+        self.task, self.config = task, config or RepairConfig()
+        if not isinstance(self.config, RepairConfig):
+            raise TwinloopError(f"config must be a RepairConfig, got {type(self.config).__name__}")
+        self.point, self.goal = int(point), as_array(goal, "goal", (3,))
+
+    def candidates(self, state, ticks: int) -> np.ndarray:
+        """``(n, ticks, 4)`` repair chunks from twin ``state`` (see the class docstring)."""
+        t, cfg = self.task, self.config
+        s = as_array(state, "state", (t.nstate,))
+        if isinstance(ticks, bool) or not isinstance(ticks, (int, np.integer)) or ticks < 1:
+            raise TwinloopError(f"ticks must be an integer >= 1, got {ticks!r}")
+        m = t.model
+        grip, act = s[0:3], float(s[m.nq + m.nv])
+        q = s[: m.nq]
+        pts = t.keypoint_positions(q)
+        p = pts[self.point]
+        held = act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius
+        done = float(t.error(q)) <= t.tolerance and not held  # let go within tolerance: backing off is not a repair
+        if np.linalg.norm((p - self.goal)[:2]) > cfg.reach or done or (held and not cfg.place):
+            return np.empty((0, int(ticks), t.nu))
+        residual = (t.goal - pts[t._err]).mean(axis=0) * [1.0, 1.0, 0.0]
+        if held:  # place: carry on from here
+            start = [(0.0, grip, 1.0)]
+        else:  # over the point, down, close (one tick for the grasp to build up)
+            above, at = p + [0, 0, cfg.hover], p + [0, 0, cfg.pinch]
+            t1 = np.linalg.norm(above - grip) / cfg.travel_speed
+            t0 = t1 + (cfg.hover - cfg.pinch) / cfg.travel_speed + t.control_period
+            start = [(0.0, grip, 0.0), (t1, above, 0.0), (t0 - t.control_period, at, 1.0), (t0, at, 1.0)]
+        out = []
+        for f in cfg.overshoot:
+            target = self.goal + f * residual + [0, 0, cfg.pinch]
+            for h in cfg.heights:
+                keys = start + self._carry(start[-1][1], target, h, start[-1][0])
+                out.append(sample_keys(t, keys, int(ticks), cfg.lag))
+        return np.stack(out)
+
+    def _carry(self, frm: np.ndarray, to: np.ndarray, height: float, t0: float) -> list:
+        """Keys ``(time, target, grasp)``: up ``height`` (at most the distance to go: a point
+        already there is not lifted) over the midpoint, down onto ``to``, held there until the
+        tick that starts there (the stage trails its target), opened there for another control
+        period (the grasp's activation decays over about 0.1 s: a finger leaving at once drags
+        the point up), then back off upward. A point held on its target is let go at once: a
+        plan that always waits one more tick is re-planned into never letting go."""
+        cfg, dt = self.config, self.task.control_period
+        mid = (frm + to) / 2 + [0, 0, min(height, float(np.linalg.norm(to - frm)))]
+        t1 = t0 + np.linalg.norm(mid - frm) / cfg.travel_speed
+        t2 = t1 + np.linalg.norm(to - mid) / cfg.travel_speed
+        up = to + [0, 0, cfg.back_off]
+        return [(t1, mid, 1.0), (t2, to, 1.0), (t2 + dt, to, 0.0), (t2 + 2 * dt, to, 0.0),
+                (t2 + 2 * dt + cfg.back_off / cfg.travel_speed, up, 0.0)]
+
