@@ -435,7 +435,7 @@ def test_bad_repair_input_is_refused(cloth, misplaced_towel):
         cloth.repair_primitive().candidates(misplaced_towel, 0)
     with pytest.raises(TwinloopError, match="state"):
         cloth.repair_primitive().candidates(misplaced_towel[:-1], 5)
-    with pytest.raises(TwinloopError, match=r"RepairConfig.reach must be > 0, got -0.1"):
+    with pytest.raises(TwinloopError, match=r"RepairConfig.reach must be a finite number > 0, got -0.1"):
         RepairConfig(reach=-0.1)
     with pytest.raises(TwinloopError, match="at least one height"):
         RepairConfig(heights=())

@@ -35,7 +35,7 @@ from functools import cached_property
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.modifiers import record_flex_materials
 from twinloop.tasks.base import Residual, Task, Traj
 from twinloop.tasks.keypoints import Keypoint, KeypointEstimator, add_keypoint_sites
@@ -465,14 +465,15 @@ class RepairConfig:
 
     def __post_init__(self):
         for name in ("reach", "travel_speed", "hover", "pinch", "back_off"):
-            v = getattr(self, name)
-            if not (np.isfinite(v) and v > 0):
-                raise TwinloopError(f"RepairConfig.{name} must be > 0, got {v!r}")
+            number(getattr(self, name), f"RepairConfig.{name}", low=0.0, low_open=True)
+        number(self.lag, "RepairConfig.lag", low=0.0, high=1.0, high_open=True)
         if not self.heights or not self.overshoot:
             raise TwinloopError(f"RepairConfig needs at least one height and one overshoot, got {self.heights!r}, "
                                 f"{self.overshoot!r}")
-        if not 0 <= self.lag < 1:
-            raise TwinloopError(f"RepairConfig.lag must be in [0, 1) s, got {self.lag!r}")
+        for h in self.heights:
+            number(h, "RepairConfig.heights (each)", low=0.0)
+        for f in self.overshoot:
+            number(f, "RepairConfig.overshoot (each)")
 
 
 class PlaceRepair:
@@ -507,8 +508,7 @@ class PlaceRepair:
         """``(n, ticks, 4)`` repair chunks from twin ``state`` (see the class docstring)."""
         t, cfg = self.task, self.config
         s = as_array(state, "state", (t.nstate,))
-        if isinstance(ticks, bool) or not isinstance(ticks, (int, np.integer)) or ticks < 1:
-            raise TwinloopError(f"ticks must be an integer >= 1, got {ticks!r}")
+        ticks = number(ticks, "ticks", low=1, integer=True)
         m = t.model
         grip, act = s[0:3], float(s[m.nq + m.nv])
         q = s[: m.nq]
@@ -517,7 +517,7 @@ class PlaceRepair:
         held = act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius
         done = float(t.error(q)) <= t.tolerance and not held  # let go within tolerance: backing off is not a repair
         if np.linalg.norm((p - self.goal)[:2]) > cfg.reach or done or (held and not cfg.place):
-            return np.empty((0, int(ticks), t.nu))
+            return np.empty((0, ticks, t.nu))
         residual = (t.goal - pts[t._err]).mean(axis=0) * [1.0, 1.0, 0.0]
         if held:  # place: carry on from here
             start = [(0.0, grip, 1.0)]
@@ -531,7 +531,7 @@ class PlaceRepair:
             target = self.goal + f * residual + [0, 0, cfg.pinch]
             for h in cfg.heights:
                 keys = start + self._carry(start[-1][1], target, h, start[-1][0])
-                out.append(sample_keys(t, keys, int(ticks), cfg.lag))
+                out.append(sample_keys(t, keys, ticks, cfg.lag))
         return np.stack(out)
 
     def _carry(self, frm: np.ndarray, to: np.ndarray, height: float, t0: float) -> list:
