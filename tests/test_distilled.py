@@ -704,6 +704,32 @@ def test_a_run_on_the_nominal_twin_collects_there_without_touching_the_world(tmp
     assert not (tmp_path / "posterior.json").exists()  # nothing was calibrated
 
 
+def test_prior_twin_worlds_are_seeded_draws_from_the_prior_without_touching_the_world(tmp_path):
+    from twinloop.run.distill import DistillRun
+
+    def worlds(seed):
+        cfg = DistillConfig(task="rope-shape", world="shifted", posterior="prior", seed=seed, out=str(tmp_path))
+        run = DistillRun(cfg, tmp_path, log=lambda msg: None)
+
+        def refuse(seed):
+            raise AssertionError("the world was reset for calibration")
+
+        run.world.reset = refuse
+        run.calibrate()
+        return run, [run.twin_world(i) for i in range(6)]
+
+    run, tws = worlds(0)
+    space = run.task.param_space()
+    params = np.array([tw.params for tw in tws])
+    assert all(tw.delay_steps == 0 and not np.any(tw.obs_noise) for tw in tws)
+    assert len({tuple(p) for p in params}) == 6  # a different model per twin-world
+    assert np.all(params >= space.low) and np.all(params <= space.high)
+    assert not np.allclose(params, space.nominal)
+    np.testing.assert_array_equal(params, [tw.params for tw in worlds(0)[1]])  # seeded
+    assert not np.allclose(params, [tw.params for tw in worlds(1)[1]])
+    assert not (tmp_path / "posterior.json").exists()  # nothing was calibrated
+
+
 def test_a_comparison_run_takes_a_distilled_policy_as_its_base(trained, task, tmp_path):
     from twinloop.run.compare import RunConfig, run_comparison
 

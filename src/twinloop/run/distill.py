@@ -67,6 +67,8 @@ TEACHERS = ("scripted", "policy")
 BASELINES = {"refined": "none", "scripted+refined": "scripted"}
 #: refined success within this of the sweep's best counts as "as good" for ``min_k``
 MIN_K_TOLERANCE = 0.05
+#: the ``posterior`` value whose twin-worlds draw their parameters from the task's prior
+PRIOR_TWINS = "prior"
 
 Progress = Callable[[str, int, int], None]
 
@@ -95,7 +97,11 @@ class DistillConfig:
         calib_ticks: their length (ticks).
         posterior: a saved posterior (``posterior.json``) to use instead of calibrating;
             ``"nominal"``: no calibration, every twin-world is the nominal twin (nominal
-            parameters, no delay, no observation noise): a policy trained on the model alone.
+            parameters, no delay, no observation noise): a policy trained on the model alone;
+            ``"prior"`` (:data:`PRIOR_TWINS`): no calibration either, each twin-world draws its
+            parameters from the task's prior (:meth:`~twinloop.params.ParamSpace.sample_prior`,
+            seeded by ``seed`` and the world's index; no delay, no observation noise): domain
+            randomization, a policy trained on a spread of models and none fitted to the world.
         teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
             K; refinement alone for a task without one) | ``policy`` (the current policy
             refined at K; round 1's data always come from the scripted teacher).
@@ -305,6 +311,11 @@ class DistillRun:
     def calibrate(self, resume: bool = False) -> None:
         """Calibrate (or load ``cfg.posterior``; on resume the run's own ``posterior.json``)."""
         cfg = self.cfg
+        if cfg.posterior == PRIOR_TWINS:
+            space = self.task.param_space()
+            self.log(f"no calibration: twin-worlds drawn from the prior of {space.names} (no delay, no observation noise)")
+            self.estimate = TwinEstimate(space.nominal, 0, np.zeros(len(self.task.obs_names)))
+            return
         saved = self.out / "posterior.json"
         posterior = str(saved) if resume and saved.exists() else cfg.posterior
         self.estimate = calibrated_twin(self.task, self.world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks,
@@ -313,8 +324,12 @@ class DistillRun:
             write_json(saved, self.estimate.posterior.to_dict(), allow_nan=False)
 
     def twin_world(self, i: int) -> TwinWorld:
-        """The i-th twin-world: the posterior's particle ``i mod P``, the estimated delay and noise."""
+        """The i-th twin-world: the posterior's particle ``i mod P``, the estimated delay and noise
+        (``posterior="prior"``: the i-th draw from the task's prior)."""
         est = self.estimate
+        if self.cfg.posterior == PRIOR_TWINS:
+            params = self.task.param_space().sample_prior(np.random.default_rng([self.cfg.seed, 17, i]), 1)[0]
+            return TwinWorld(self.task, params, delay_steps=0, obs_noise=est.obs_noise)
         particles = est.posterior.particles if est.posterior is not None else est.params[None]
         return TwinWorld(self.task, particles[i % len(particles)], delay_steps=est.delay_steps, obs_noise=est.obs_noise)
 
