@@ -14,7 +14,8 @@ robot is told its world's hidden values) plans in a twin with the world's hidden
 ``--prior-weight W`` sets MPPI's ``prior_weight`` (the sampling mean is ``W prior + (1 - W)
 warm``; 0.5 by default); ``--repair`` offers the task's repair (``twinloop run --repair``), and
 with it ``--no-place`` (re-grasps only: ``RepairConfig.place`` off) and ``--reach R``
-(``RepairConfig.reach``) screen its knobs. A traced tick where repairs were offered ends with
+(``RepairConfig.reach``) screen its knobs, and ``--repair-push N`` adds pushes
+(``twinloop run --repair-push``). A traced tick where repairs were offered ends with
 ``r<n> <d>``: n candidates, the target sent d mm from the nearest one's first target.
 
     python benchmarks/refined_trace.py --proposer distilled --checkpoint policy_round1.pt \\
@@ -103,6 +104,7 @@ def main() -> None:
     p.add_argument("--repair", action="store_true", help="offer the task's repair (RunConfig.repair)")
     p.add_argument("--no-place", action="store_true", help="with --repair: re-grasps only, no place while held")
     p.add_argument("--reach", type=float, default=None, help="with --repair: RepairConfig.reach (m)")
+    p.add_argument("--repair-push", type=int, default=0, help="with --repair: pushes offered (RepairConfig.push)")
     p.add_argument("--oracle", action="store_true", help="plan in a twin with the world's hidden parameters")
     p.add_argument("--true-state", action="store_true", help="plan from the world's true state, not the estimate")
     p.add_argument("--prior-weight", type=float, default=None, help="MPPI prior_weight (default: MPPI's)")
@@ -111,6 +113,7 @@ def main() -> None:
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior, binary_actions=a.binary_actions)
     cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
                     checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples, repair=a.repair,
+                    repair_push=a.repair_push,
                     episodes=max(a.episodes) + 1, video=False, record=False)
     world, ctl = controller_in_world(cfg, "refined")
     if a.oracle:

@@ -497,3 +497,62 @@ def test_a_folded_towel_let_go_with_the_finger_still_near_is_not_grasped_again(c
     s[0:3] = cloth.goal_of("corner_a") + [0, 0, 0.015]  # not yet backed off: no success
     assert cloth.error(s[: m.nq]) < cloth.tolerance and not cloth.success(s[: m.nq])
     assert cloth.repair_primitive().candidates(s, 5).shape == (0, 5, 4)
+
+
+@pytest.fixture(scope="module")
+def turned_towel(cloth):
+    """The folded towel turned 13 degrees about corner c (corners a and c on their goal, b and
+    d 68 mm off: the lower layer dragged round by a carry), settled in the nominal twin."""
+    m = cloth.model
+    c = cloth.goal_of("corner_c")
+    th = np.deg2rad(13.0)
+    rot = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
+    v = fold(cloth.rest)
+    v[:, :2] = (v[:, :2] - c[:2]) @ rot.T + c[:2]
+    s = np.zeros(cloth.nstate)
+    s[cloth._vq[:, None] + np.arange(3)] = v - cloth.rest
+    s[0:3] = [0.0, 0.0, 0.2]
+    r = MujocoTwin(m, cloth.param_space()).rollout(s, np.tile([0.0, 0.0, 0.2, 0.0], (1, 10 * cloth.substeps, 1)))
+    return np.concatenate([r.qpos[0, 0, -1], r.qvel[0, 0, -1], [0.0]])
+
+
+def greedy_repair(task, repair, state, steps=4, ticks=10):
+    """Each step: rehearse the repair's chunks from ``state`` in the nominal twin and go on from
+    the one that ends with the lowest error (the refiner's choice, over whole chunks); the
+    final state once nothing is offered or after ``steps``."""
+    twin = MujocoTwin(task.model, task.param_space())
+    for _ in range(steps):
+        chunks = repair.candidates(state, ticks)
+        if not len(chunks):
+            break
+        ext = np.concatenate([chunks, np.repeat(chunks[:, -1:], 3, axis=1)], axis=1)
+        r = twin.rollout(state, np.repeat(ext, task.substeps, axis=1))
+        best = int(np.argmin(task.error(r.qpos[0, :, -1])))
+        state = np.concatenate([r.qpos[0, best, -1], r.qvel[0, best, -1], [chunks[best, -1, 3]]])
+    return state
+
+
+def test_a_push_turns_back_a_lower_layer_no_place_of_the_corner_can(cloth, turned_towel):
+    m = cloth.model
+    q = turned_towel[: m.nq]
+    off = np.linalg.norm(cloth.keypoint_positions(q)[cloth._err] - cloth.goal, axis=1)
+    names = [k.name for k in cloth.scored]
+    assert off[names.index("corner_a")] < 0.02 and min(off[names.index("corner_b")], off[names.index("corner_d")]) > 0.05
+    rep = cloth.repair_primitive()
+    assert rep.config.push == 0  # the default repair: re-grasps and places corner a only
+    placed = greedy_repair(cloth, rep, turned_towel)
+    assert cloth.error(placed[: m.nq]) > 1.5 * cloth.tolerance
+    pushing = cloth.repair_primitive(push=2)
+    chunks = pushing.candidates(turned_towel, 10)
+    assert len(chunks) == 6 and (chunks[4:, :, 3] == 0).all()  # 4 places, 2 pushes with the grasp open
+    assert (chunks[4:, :, 2].min(axis=1) == cloth.action_low[2]).all()  # down on the table
+    assert cloth.success(greedy_repair(cloth, pushing, turned_towel)[: m.nq])
+
+
+def test_pushes_are_offered_only_while_the_grasped_point_is_let_go(cloth, held_towel):
+    assert len(cloth.repair_primitive(push=2).candidates(held_towel[0], 5)) == len(
+        cloth.repair_primitive().candidates(held_towel[0], 5))
+    with pytest.raises(TwinloopError, match="RepairConfig.push must be an integer >= 0, got -1"):
+        RepairConfig(push=-1)
+    with pytest.raises(TwinloopError, match="repair_push=2 needs repair=True"):
+        build(RunConfig(task="cloth-fold", repair_push=2), check_twin=False)

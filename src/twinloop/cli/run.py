@@ -83,6 +83,8 @@ def run(
                                          "planar scripts) offered to the refiner each tick besides its proposal (0: none)."),
     repair: bool = typer.Option(r.repair, help="Offer the task's local repair (grasp tasks: re-grasp or place a "
                                 "misplaced point near its goal) to the refiner each tick, beside the proposal samples."),
+    repair_push: int = typer.Option(r.repair_push, help="With --repair: also offer pushes of this many other points, "
+                                    "the farthest from their goals first (grasp tasks: the finger slides them there)."),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
     first_episode: int = typer.Option(r.first_episode, help="Index of the first episode (a run split into pieces)."),
     seed: int = typer.Option(r.seed, help="Seeds the episodes (seed * 100000 + i) and, without --world-seed, the "
@@ -131,7 +133,7 @@ def run(
                    prune=prune, carry=carry, exact_prior=exact_prior, binary_actions=binary_actions, prior_margin=prior_margin,
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
-                   proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, repair=repair, episodes=episodes, first_episode=first_episode, seed=seed,
+                   proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, repair=repair, repair_push=repair_push, episodes=episodes, first_episode=first_episode, seed=seed,
                    world_seed=None if world_seed < 0 else world_seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,

@@ -82,6 +82,8 @@ class RunConfig:
             misplaced point near its goal) to the refined controller each tick, beside the
             proposal samples and the same way; the base row is the proposer alone either way.
             A task without one is refused.
+        repair_push: with ``repair``, how many pushes of the points farthest from their goals
+            the repair offers besides the grasped point's (``RepairConfig.push``; 0: none).
         episodes: episodes per controller.
         first_episode: index of the first episode: a run split into pieces (``first_episode``
             0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does.
@@ -146,6 +148,7 @@ class RunConfig:
     checkpoint: str | None = None
     proposal_samples: int = 0
     repair: bool = False
+    repair_push: int = 0
     episodes: int = 20
     first_episode: int = 0
     seed: int = 0
@@ -240,6 +243,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
     if cfg.repair and task.repair_primitive() is None:
         raise TwinloopError(f"repair=True: task {cfg.task!r} has no repair primitive (Task.repair_primitive)")
+    if number(cfg.repair_push, "repair_push", low=0, integer=True) and not cfg.repair:
+        raise TwinloopError(f"repair_push={cfg.repair_push} needs repair=True")
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
     if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
@@ -287,7 +292,7 @@ def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
         return world, Controller(refiner, proposer, refine=False)
     if cfg.realtime:
         return world, AsyncController(refiner, proposer, cfg.async_control, proposal_samples=cfg.proposal_samples,
-                                      repair=task.repair_primitive() if cfg.repair else None)
+                                      repair=repair_of(task, cfg))
     return world, refined_controller(cfg, task, proposer, refiner, watch)
 
 
@@ -300,7 +305,12 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
             raise TwinloopError("a monitored run's refined controller needs the monitor's (error, threshold)")
         monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
     return Controller(refiner, proposer, monitor=monitor, proposal_samples=cfg.proposal_samples,
-                      repair=task.repair_primitive() if cfg.repair else None)
+                      repair=repair_of(task, cfg))
+
+
+def repair_of(task, cfg: RunConfig):
+    """The refined controller's repair: the task's, with ``cfg.repair_push`` pushes, or ``None``."""
+    return task.repair_primitive(push=cfg.repair_push) if cfg.repair else None
 
 
 def monitor_config(cfg: RunConfig) -> MonitorConfig:

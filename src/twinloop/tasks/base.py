@@ -288,10 +288,11 @@ class Task:
         when the task has none (refinement then starts from nothing)."""
         return None
 
-    def repair_primitive(self):
+    def repair_primitive(self, push: int = 0):
         """The task's local repair (``candidates(state, ticks) -> (n, ticks, nu)``: action chunks
         that correct a misplaced object near its goal, offered to the refiner beside its samples
-        by ``RunConfig.repair``), or ``None`` when the task has none (default)."""
+        by ``RunConfig.repair``), or ``None`` when the task has none (default). ``push``: how
+        many pushes of other points it offers too (the grasp tasks': ``RepairConfig.push``)."""
         return None
 
     def excitation(self, seed: int, kind: str = "excite") -> Callable[[np.ndarray, int], np.ndarray]:

@@ -281,10 +281,11 @@ class GraspTask(Task):
     def goal_features(self) -> np.ndarray:
         return self.goal.ravel().copy()
 
-    def repair_primitive(self) -> PlaceRepair:
+    def repair_primitive(self, push: int = 0) -> PlaceRepair:
         """Re-grasp or place the grasped point where it belongs (:class:`PlaceRepair`), offered
-        only near its goal: a local correction of a misplaced release, not the task from its start."""
-        return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point))
+        only near its goal: a local correction of a misplaced release, not the task from its
+        start; with ``push`` (``RepairConfig.push``) also push the farthest other points."""
+        return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point), RepairConfig(push=push))
 
     def trace_points(self, qpos, sensordata) -> np.ndarray:
         """The gripper and the traced keypoints (the grasped corner's path above all)."""
@@ -451,6 +452,14 @@ class RepairConfig:
         lag: how far (s) the PD stage trails its target; targets run this far ahead.
         place: also offered while the point is still held (carry it on from where it is and
             let go on the goal); off: only once it has been let go (a re-grasp).
+        push: how many other scored points to offer a push for, the farthest from their goals
+            first (0: none). The grasp pulls one point; the others move only under the finger:
+            a push flies open to a spot ``behind`` the point (on its far side from its goal),
+            down onto the table, slides through the point to its goal and rises ``back_off``.
+            Offered while the grasped point is let go, for a point more than ``tolerance``
+            and at most ``reach`` from its goal (towel: a lower layer turned under a corner
+            laid on its goal, which no place of the corner turns back).
+        behind: where a push starts, this far behind the point (m).
     """
 
     reach: float = 0.12
@@ -462,9 +471,12 @@ class RepairConfig:
     back_off: float = 0.05
     lag: float = 0.05
     place: bool = True
+    push: int = 0
+    behind: float = 0.015
 
     def __post_init__(self):
-        for name in ("reach", "travel_speed", "hover", "pinch", "back_off"):
+        number(self.push, "RepairConfig.push", low=0, integer=True)
+        for name in ("reach", "travel_speed", "hover", "pinch", "back_off", "behind"):
             number(getattr(self, name), f"RepairConfig.{name}", low=0.0, low_open=True)
         number(self.lag, "RepairConfig.lag", low=0.0, high=1.0, high_open=True)
         if not self.heights or not self.overshoot:
@@ -532,7 +544,35 @@ class PlaceRepair:
             for h in cfg.heights:
                 keys = start + self._carry(start[-1][1], target, h, start[-1][0])
                 out.append(sample_keys(t, keys, ticks, cfg.lag))
+        if cfg.push and not held:
+            out += [sample_keys(t, self._push(grip, pts[i], t.goal[j]), ticks, cfg.lag) for i, j in self._pushed(pts)]
         return np.stack(out)
+
+    def _pushed(self, pts: np.ndarray) -> list[tuple[int, int]]:
+        """``(point, goal row)`` of the points to push: the ``push`` farthest from their goals
+        (horizontally) among the scored ones but the grasped, within ``(tolerance, reach]``."""
+        t, cfg = self.task, self.config
+        rows = [j for j, i in enumerate(t._err) if i != self.point]
+        off = np.linalg.norm((t.goal[rows] - pts[t._err[rows]])[:, :2], axis=1)
+        keep = [(off[r], t._err[j], j) for r, j in enumerate(rows) if t.tolerance < off[r] <= cfg.reach]
+        return [(i, j) for _, i, j in sorted(keep, reverse=True)[: cfg.push]]
+
+    def _push(self, grip: np.ndarray, p: np.ndarray, goal: np.ndarray) -> list:
+        """Keys of a push of the point at ``p`` to ``goal`` (see :class:`RepairConfig`): the
+        grasp open throughout; a finger already down behind the point slides on from there."""
+        t, cfg = self.task, self.config
+        low = t.action_low[2]
+        u = (goal - p) * [1.0, 1.0, 0.0]
+        u /= np.linalg.norm(u)
+        start = np.array([*(p - cfg.behind * u)[:2], low])
+        end = np.array([*goal[:2], low])
+        keys = [(0.0, grip, 0.0)]
+        if np.linalg.norm((grip - start)[:2]) > cfg.hover or grip[2] > low + cfg.hover:  # fly over, then down
+            above = start + [0, 0, cfg.hover]
+            keys.append((np.linalg.norm(above - grip) / cfg.travel_speed, above, 0.0))
+        t0 = keys[-1][0] + np.linalg.norm(start - keys[-1][1]) / cfg.travel_speed
+        t1 = t0 + np.linalg.norm(end - start) / (cfg.travel_speed / 2)
+        return keys + [(t0, start, 0.0), (t1, end, 0.0), (t1 + cfg.back_off / cfg.travel_speed, end + [0, 0, cfg.back_off], 0.0)]
 
     def _carry(self, frm: np.ndarray, to: np.ndarray, height: float, t0: float) -> list:
         """Keys ``(time, target, grasp)``: up ``height`` (at most the distance to go: a point
