@@ -10,7 +10,7 @@ import pytest
 
 from twinloop.calib import CalibConfig, calibrate
 from twinloop.calib.windows import record_trajectory
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import AsyncController, Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.policies.distilled import PolicyConfig
@@ -441,11 +441,14 @@ def test_bad_repair_input_is_refused(cloth, misplaced_towel):
         RepairConfig(heights=())
 
 
-def test_run_repair_offers_the_repair_in_the_refined_controllers_first_batch(misplaced_towel):
-    # K=5 without a proposer: the incumbent, then the 4 repairs in place of samples
-    cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, video=False, record=False,
+@pytest.mark.parametrize("realtime", [False, True])
+def test_run_repair_offers_the_repair_in_the_refined_controllers_first_batch(misplaced_towel, realtime):
+    # K=5 without a proposer: the incumbent, then the 4 repairs in place of samples; the
+    # real-time controller plans through the same path
+    cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, video=False, record=False, realtime=realtime,
                     refiner=RefinerConfig(num_samples=5, horizon=1.0, exact_prior=True))
     _, ctl = controller_in_world(cfg, "refined")
+    assert isinstance(ctl, AsyncController) == realtime
     _, res = ctl.plan(None, misplaced_towel, None)
     plans = [ctl.refiner.plan_from_actions(c) for c in ctl.repair.candidates(misplaced_towel, 5)]
     _, want = ctl.refiner.evaluate(misplaced_towel, np.stack([p.knots for p in plans]),

@@ -744,3 +744,26 @@ def test_a_comparison_run_takes_a_distilled_policy_as_its_base(trained, task, tm
         run_comparison(replace(cfg, proposer="scripted", out=str(tmp_path / "s")), log=lambda m: None)
     with pytest.raises(TwinloopError, match="needs checkpoint"):
         run_comparison(replace(cfg, checkpoint=None, out=str(tmp_path / "n")), log=lambda m: None)
+
+
+def test_prior_shift_twin_worlds_draw_a_delay_and_noise_level_beside_the_same_models(tmp_path):
+    from twinloop.run.distill import DistillRun
+    from twinloop.worlds.shifted import DELAY_STEPS, noise_scales
+
+    def worlds(shift, seed=0):
+        cfg = DistillConfig(task="rope-shape", posterior="prior", prior_shift=shift, seed=seed, out=str(tmp_path))
+        run = DistillRun(cfg, tmp_path, log=lambda msg: None)
+        run.calibrate()
+        return [run.twin_world(i) for i in range(12)]
+
+    plain, shifted = worlds(False), worlds(True)
+    np.testing.assert_array_equal([tw.params for tw in shifted], [tw.params for tw in plain])  # the same models
+    task = make_task("rope-shape")
+    levels = [DELAY_STEPS.index(tw.delay_steps) for tw in shifted]
+    for tw, level in zip(shifted, levels):
+        np.testing.assert_array_equal(tw.obs_noise, noise_scales(task, level))  # delay and noise of one level
+    assert len(set(levels)) >= 3 and max(levels) > 0
+    assert levels == [DELAY_STEPS.index(tw.delay_steps) for tw in worlds(True)]  # seeded
+    assert levels != [DELAY_STEPS.index(tw.delay_steps) for tw in worlds(True, seed=1)]
+    with pytest.raises(TwinloopError, match="prior_shift .* needs posterior='prior', got 'nominal'"):
+        DistillConfig(task="rope-shape", posterior="nominal", prior_shift=True)

@@ -59,6 +59,7 @@ from twinloop.stats import wilson
 from twinloop.tasks import make_task, task_preferences
 from twinloop.viz.plots import plot_comparison, plot_rounds
 from twinloop.worlds import make_world
+from twinloop.worlds.shifted import shift_settings
 from twinloop.worlds.twin import TwinWorld
 
 WORLDS = ("shifted", "nominal")
@@ -102,6 +103,10 @@ class DistillConfig:
             parameters from the task's prior (:meth:`~twinloop.params.ParamSpace.sample_prior`,
             seeded by ``seed`` and the world's index; no delay, no observation noise): domain
             randomization, a policy trained on a spread of models and none fitted to the world.
+        prior_shift: with ``posterior="prior"``, each twin-world also draws a shift level 0-3
+            (uniformly, from the same seeded stream) and takes that level's actuation delay and
+            observation noise (:func:`~twinloop.worlds.shifted.shift_settings`: 0-40 ms, the
+            shift model's whole range; not its engine): latency and sensor noise randomized too.
         teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
             K; refinement alone for a task without one) | ``policy`` (the current policy
             refined at K; round 1's data always come from the scripted teacher).
@@ -148,6 +153,7 @@ class DistillConfig:
     calib_episodes: int = 10
     calib_ticks: int = 60
     posterior: str | None = None
+    prior_shift: bool = False
     teacher: str = "scripted"
     teacher_warm: bool = True
     collect: int = 400
@@ -193,6 +199,9 @@ class DistillConfig:
             if not isinstance(getattr(self, name), kind):
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "k_sweep", tuple(sorted({*sweep, self.refiner.num_samples})))
+        if self.prior_shift and self.posterior != PRIOR_TWINS:
+            raise TwinloopError(f"prior_shift randomizes the prior's twin-worlds: it needs posterior={PRIOR_TWINS!r}, "
+                                f"got {self.posterior!r}")
 
     def policy_config(self, task) -> PolicyConfig:
         ticks = max(1, int(round(self.refiner.horizon / task.control_period)))
@@ -313,7 +322,8 @@ class DistillRun:
         cfg = self.cfg
         if cfg.posterior == PRIOR_TWINS:
             space = self.task.param_space()
-            self.log(f"no calibration: twin-worlds drawn from the prior of {space.names} (no delay, no observation noise)")
+            shift = "with a delay and noise level 0-3 each" if cfg.prior_shift else "no delay, no observation noise"
+            self.log(f"no calibration: twin-worlds drawn from the prior of {space.names} ({shift})")
             self.estimate = TwinEstimate(space.nominal, 0, np.zeros(len(self.task.obs_names)))
             return
         saved = self.out / "posterior.json"
@@ -325,11 +335,14 @@ class DistillRun:
 
     def twin_world(self, i: int) -> TwinWorld:
         """The i-th twin-world: the posterior's particle ``i mod P``, the estimated delay and noise
-        (``posterior="prior"``: the i-th draw from the task's prior)."""
+        (``posterior="prior"``: the i-th draw from the task's prior, with ``prior_shift`` its
+        drawn delay and noise)."""
         est = self.estimate
         if self.cfg.posterior == PRIOR_TWINS:
-            params = self.task.param_space().sample_prior(np.random.default_rng([self.cfg.seed, 17, i]), 1)[0]
-            return TwinWorld(self.task, params, delay_steps=0, obs_noise=est.obs_noise)
+            rng = np.random.default_rng([self.cfg.seed, 17, i])
+            params = self.task.param_space().sample_prior(rng, 1)[0]
+            shift = shift_settings(self.task, int(rng.integers(0, 4)) if self.cfg.prior_shift else 0)
+            return TwinWorld(self.task, params, delay_steps=shift["delay_steps"], obs_noise=shift["obs_noise"])
         particles = est.posterior.particles if est.posterior is not None else est.params[None]
         return TwinWorld(self.task, particles[i % len(particles)], delay_steps=est.delay_steps, obs_noise=est.obs_noise)
 
