@@ -217,6 +217,9 @@ class RunConfig:
                                     "run in real time (realtime=True)")
         object.__setattr__(self, "monitor_episodes", number(self.monitor_episodes, "monitor_episodes", low=1,
                                                             integer=True))
+        object.__setattr__(self, "repair_push", number(self.repair_push, "repair_push", low=0, integer=True))
+        if self.repair_push and not self.repair:
+            raise TwinloopError(f"repair_push={self.repair_push} needs repair=True")
         if self.optimizer.startswith("llm") and self.refiner.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
                                 f"batch: it needs iterations >= 2, got {self.refiner.iterations}")
@@ -243,8 +246,6 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
     if cfg.repair and task.repair_primitive() is None:
         raise TwinloopError(f"repair=True: task {cfg.task!r} has no repair primitive (Task.repair_primitive)")
-    if number(cfg.repair_push, "repair_push", low=0, integer=True) and not cfg.repair:
-        raise TwinloopError(f"repair_push={cfg.repair_push} needs repair=True")
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
     if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
