@@ -13,10 +13,13 @@ robot is told its world's hidden values) plans in a twin with the world's hidden
 (``SimWorld.true_state``: every vertex, the grasp's activation) instead of the keypoint estimate;
 ``--prior-weight W`` sets MPPI's ``prior_weight`` (the sampling mean is ``W prior + (1 - W)
 warm``; 0.5 by default); ``--repair`` offers the task's repair (``twinloop run --repair``), and
-with it ``--no-place`` (re-grasps only: ``RepairConfig.place`` off) and ``--reach R``
-(``RepairConfig.reach``) screen its knobs, and ``--repair-push N`` adds pushes
-(``twinloop run --repair-push``). A traced tick where repairs were offered ends with
-``r<n> <d>``: n candidates, the target sent d mm from the nearest one's first target.
+with it ``--no-place`` (re-grasps only: ``RepairConfig.place`` off) screens its knob; ``--reach R``, ``--repair-push N`` and
+``--repair-commit M`` are ``twinloop run --repair-reach``, ``--repair-push`` and
+``--repair-commit``. A traced tick where repairs were offered ends with ``r<n> <d>``: n
+candidates (with ``--repair-commit`` the rest of a repair under way first), the target sent d
+mm from the nearest one's first target; every traced tick then names the chunk the action
+sent starts (:func:`source`: P prior, W last plan, C the repair under way, G/L/U re-grasp,
+place, push, S a sample).
 
     python benchmarks/refined_trace.py --proposer distilled --checkpoint policy_round1.pt \\
         --exact-prior --episodes 1 4 7 --trace
@@ -57,6 +60,21 @@ class Recording:
         return self.proposer.sample(obs, state, n, rng)
 
 
+def source(a, prior, warm, offered, repair, under_way: bool = False) -> str:
+    """Which chunk the action sent starts (every component within 1e-3: 1 mm, the grasp 0.001):
+    ``P`` the prior, ``W`` the last plan's continuation, ``C`` the rest of a committed repair
+    (offered first when ``under_way``), ``G``/``L``/``U`` a repair's re-grasp, place (while
+    held) or push, ``S`` none of them (a sample); several when they coincide."""
+    named = [("P", prior), ("W", warm)]
+    if under_way:
+        named, offered = named + [("C", offered[0, 0])], offered[1:]
+    n_place = 0 if repair is None else len(repair.config.heights) * len(repair.config.overshoot)
+    held = len(offered) and offered[0, 0, 3] > 0.5
+    named += [("U" if i >= n_place else "L" if held else "G", c[0]) for i, c in enumerate(offered)]
+    hit = sorted({n for n, b in named if b is not None and np.abs(np.asarray(b) - a).max() < 1e-3})
+    return "".join(hit) or "S"
+
+
 def traced(world, ctl, seed: int, max_ticks: int) -> None:
     """Run one episode printing a row per tick (see the module docstring)."""
     task = ctl.task
@@ -68,12 +86,14 @@ def traced(world, ctl, seed: int, max_ticks: int) -> None:
     print(f"== episode seed {seed}\n k | prior grasp | prior target mm | sent target mm, grasp | twin cost sent, prior "
           "| gap, height, to goal, error mm")
     for k in range(1, max_ticks + 1):
-        offered = (np.empty((0, 1, task.nu)) if ctl.repair is None
-                   else ctl.repair.candidates(task.state_from_obs(obs), ctl.refiner.spec.horizon_ticks))
+        offered = np.array([w[:1] for w in ctl._repairs(task.state_from_obs(obs))]).reshape(-1, 1, task.nu)
+        under_way = getattr(ctl, "_committed", None) is not None
+        warm = None if ctl._warm is None else ctl._warm.first_action()
         a = ctl.act(obs, info)
         # "r4 d": 4 repair candidates offered, the target sent d mm from the nearest one's first
         mark = "" if not len(offered) else f" r{len(offered)} {1000 * np.abs(offered[:, 0, :3] - a[:3]).max(axis=1).min():.0f}"
         t, chunk = ctl.last, ctl.proposer.last
+        mark += " " + source(a, chunk[0], warm, offered, ctl.repair, under_way)
         obs, info = world.step(a)
         q = info["qpos"]
         p = task.keypoint_positions(q)[point]
@@ -103,7 +123,9 @@ def main() -> None:
     p.add_argument("--proposal-samples", type=int, default=0)
     p.add_argument("--repair", action="store_true", help="offer the task's repair (RunConfig.repair)")
     p.add_argument("--no-place", action="store_true", help="with --repair: re-grasps only, no place while held")
-    p.add_argument("--reach", type=float, default=None, help="with --repair: RepairConfig.reach (m)")
+    p.add_argument("--reach", type=float, default=None, help="with --repair: RepairConfig.reach (m; twinloop run --repair-reach)")
+    p.add_argument("--repair-commit", type=float, default=None,
+                   help="with --repair: carry a repair on unless a plan beats it by this cost fraction (RepairConfig.commit)")
     p.add_argument("--repair-push", type=int, default=0, help="with --repair: pushes offered (RepairConfig.push)")
     p.add_argument("--oracle", action="store_true", help="plan in a twin with the world's hidden parameters")
     p.add_argument("--true-state", action="store_true", help="plan from the world's true state, not the estimate")
@@ -113,7 +135,7 @@ def main() -> None:
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior, binary_actions=a.binary_actions)
     cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
                     checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples, repair=a.repair,
-                    repair_push=a.repair_push,
+                    repair_push=a.repair_push, repair_reach=a.reach, repair_commit=a.repair_commit,
                     episodes=max(a.episodes) + 1, video=False, record=False)
     world, ctl = controller_in_world(cfg, "refined")
     if a.oracle:
@@ -121,10 +143,9 @@ def main() -> None:
         ctl.refiner.set_params(np.array([[hidden[n] for n in ctl.refiner.twin.param_space.names]]))
     if a.true_state:  # the controller (and only it) reads the state through this instance's method
         ctl.task.state_from_obs = lambda obs: world.true_state()
-    if a.repair and (a.no_place or a.reach is not None):
+    if a.repair and a.no_place:
         rep = ctl.repair
-        ctl.repair = PlaceRepair(rep.task, rep.point, rep.goal, replace(rep.config, place=not a.no_place,
-                                                                        reach=a.reach or rep.config.reach))
+        ctl.repair = PlaceRepair(rep.task, rep.point, rep.goal, replace(rep.config, place=False))
     if a.prior_weight is not None:
         ctl.refiner.optimizer = replace(ctl.refiner.optimizer, prior_weight=a.prior_weight)
     seeds = [episode_seeds(cfg)[i] for i in a.episodes]

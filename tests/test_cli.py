@@ -280,3 +280,7 @@ def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms
 def test_run_repair_on_a_task_without_one_exits_with_its_reason(tmp_path):
     res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair", "--no-video", "--no-record"])
     assert res.exit_code == 2 and "task 'block-push' has no repair primitive" in res.output
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair-commit", "0.2", "--no-video"])
+    assert res.exit_code == 2 and "repair_commit=0.2 needs repair=True" in res.output
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair-reach", "0.3", "--no-video"])
+    assert res.exit_code == 2 and "repair_reach=0.3 needs repair=True" in res.output

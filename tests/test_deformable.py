@@ -12,7 +12,7 @@ from twinloop.calib import CalibConfig, calibrate
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import AsyncController, Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError
-from twinloop.plan import make_optimizer
+from twinloop.plan import Plan, make_optimizer
 from twinloop.policies.distilled import PolicyConfig
 from twinloop.run.compare import RunConfig, build, controller_in_world
 from twinloop.run.distill import DistillConfig, run_distill
@@ -454,6 +454,7 @@ def test_run_repair_offers_the_repair_in_the_refined_controllers_first_batch(mis
     _, want = ctl.refiner.evaluate(misplaced_towel, np.stack([p.knots for p in plans]),
                                    detail=np.stack([p.detail for p in plans]))
     np.testing.assert_allclose(res.result.costs[1:], want, rtol=1e-9)
+    np.testing.assert_allclose(res.result.offered_costs, want, rtol=1e-9)  # each offered chunk's own cost
     assert res.cost == pytest.approx(min(res.result.costs))
     base = controller_in_world(replace(cfg, proposer="scripted"), "base")[1]
     assert base.repair is None  # the base row is the proposer alone
@@ -559,3 +560,86 @@ def test_pushes_are_offered_only_while_the_grasped_point_is_let_go(cloth, held_t
         RepairConfig(push=-1)
     with pytest.raises(TwinloopError, match="repair_push=2 needs repair=True"):
         build(RunConfig(task="cloth-fold", repair_push=2), check_twin=False)
+
+
+# -- a repair carried on once sent (RepairConfig.commit) ----------------------------------------
+
+class StubRepair:
+    """Two repairs whose targets move 1 cm a tick for ``moving`` ticks, then stay; ``commit``."""
+
+    def __init__(self, task, commit, moving=8):
+        self.task, self.commit, self.moving = task, commit, moving
+
+    def candidates(self, state, ticks):
+        k = np.minimum(np.arange(ticks), self.moving)[:, None]
+        return np.stack([np.column_stack([0.01 * k, 0.01 * k * d, 0.05 + 0 * k, 0 * k]) for d in (1, -1)])
+
+
+def scripted_refine(ctl, script):
+    """``ctl.refiner.refine`` replaced: each call returns the next ``(refined cost, offered repairs'
+    costs)`` of ``script``, its plan a constant one (target 0, 0.2, 0.2) at that cost."""
+    calls = iter(script)
+    other = ctl.refiner.hold_plan(np.array([0.0, 0.2, 0.2, 0.0]))
+    real = ctl.refiner.refine
+
+    def refine(state, prior=None, warm=None, proposals=None, **kw):
+        cost, offered = next(calls)
+        res = real(state, prior=prior, warm=warm, proposals=proposals, **kw)
+        offered = np.asarray(offered, float)
+        best = int(np.argmin(offered))
+        plan = (Plan(proposals[best], ctl.refiner.spec, None if kw.get("proposal_detail") is None
+                     else kw["proposal_detail"][best]) if offered[best] <= cost else other)
+        return replace(res, plan=plan, cost=min(cost, offered.min()), offered_costs=offered)
+
+    ctl.refiner.refine = refine
+
+
+@pytest.mark.parametrize("commit", [None, 0.2])
+def test_a_committed_repair_is_carried_on_until_a_plan_beats_it_by_the_margin(misplaced_towel, commit):
+    cfg = RunConfig(task="cloth-fold", proposer="none", video=False, record=False,
+                    refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
+    ctl = Controller(controller_in_world(cfg, "refined")[1].refiner, None, repair=StubRepair(make_task("cloth-fold"), commit))
+    whole = ctl.repair.candidates(misplaced_towel, ctl.task.max_ticks)
+    # tick 1: repair 1 is cheapest and sent; tick 2: the plan beats it by 10% (< 20%);
+    # tick 3: by 50%; tick 4: the repairs are back to a plain comparison
+    scripted_refine(ctl, [(1.0, [0.95, 0.9]), (1.0, [1.1, 2.0, 2.0]), (1.0, [1.5, 2.0, 2.0]), (1.0, [1.1, 2.0])])
+    sent = [ctl.plan(None, misplaced_towel, None)[1].action for _ in range(4)]
+    np.testing.assert_allclose(sent[0][:3], whole[1, 0, :3], atol=1e-9)
+    if commit is None:  # each tick rated afresh: the cheaper plan wins from tick 2 on
+        assert all(np.allclose(a[:3], [0.0, 0.2, 0.2]) for a in sent[1:])
+        return
+    np.testing.assert_allclose(sent[1][:3], whole[1, 1, :3], atol=1e-9)  # the rest of repair 1, a tick on
+    assert np.allclose(sent[2][:3], [0.0, 0.2, 0.2]) and np.allclose(sent[3][:3], [0.0, 0.2, 0.2])
+
+
+def test_a_committed_repair_ends_when_its_chunk_is_spent(cloth, misplaced_towel):
+    cfg = RunConfig(task="cloth-fold", proposer="none", video=False, record=False,
+                    refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
+    ctl = Controller(controller_in_world(cfg, "refined")[1].refiner, None, repair=StubRepair(cloth, 0.5, moving=3))
+    scripted_refine(ctl, [(1.0, [0.9, 2.0])] + [(1.0, [1.1, 2.0, 2.0])] * 3)
+    n_offered = []
+    for _ in range(4):
+        n_offered.append(len(ctl._repairs(misplaced_towel)))
+        ctl.plan(None, misplaced_towel, None)
+    assert n_offered == [2, 3, 3, 2]  # the rest offered while it still moves, then not
+
+
+def test_repair_reach_and_commit_reach_the_controller(misplaced_towel):
+    start = make_task("cloth-fold").initial_state(np.random.default_rng(0))
+    cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, repair_reach=0.5, repair_commit=0.2,
+                    video=False, record=False, refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
+    ctl = controller_in_world(cfg, "refined")[1]
+    assert ctl.commit == 0.2 and ctl.repair.config.reach == 0.5
+    assert len(ctl.repair.candidates(start, 5)) == 4  # 42 cm from its goal: within 0.5 m, not 12 cm
+    assert controller_in_world(replace(cfg, repair_reach=None, repair_commit=None), "refined")[1].commit is None
+    for bad, match in [(dict(repair_reach=None, repair=False), "repair_commit=0.2 needs repair=True"),
+                       (dict(repair_commit=None, repair=False), "repair_reach=0.5 needs repair=True"),
+                       (dict(repair_commit=-1.0), "repair_commit must be a finite number >= 0, got -1"),
+                       (dict(repair_reach=0.0), "repair_reach must be a finite number > 0, got 0"),
+                       (dict(realtime=True), "repair_commit .* cannot run in real time")]:
+        with pytest.raises(TwinloopError, match=match):
+            replace(cfg, **bad)
+    with pytest.raises(TwinloopError, match="asynchronous controller plans between ticks"):
+        AsyncController(ctl.refiner, None, repair=ctl.repair)
+    with pytest.raises(TwinloopError, match="RepairConfig.commit must be a finite number >= 0, got -0.5"):
+        RepairConfig(commit=-0.5)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mujoco
 import numpy as np
@@ -146,6 +146,8 @@ class RefineResult:
         n_steps: physics steps simulated (all particles, candidates and iterations).
         elites: ``(M, N, nu)`` knots of the last iteration's ``config.carry`` best candidates.
         optimizer_info: what the optimizer reported (``OptState.info``).
+        offered_costs: ``(M,)`` costs of the ``proposals`` as rehearsed in the first batch
+            (``nan`` for those that did not fit in it); ``None`` without proposals.
     """
 
     plan: Plan
@@ -160,6 +162,7 @@ class RefineResult:
     n_steps: int = 0
     elites: np.ndarray | None = None
     optimizer_info: dict = field(default_factory=dict)
+    offered_costs: np.ndarray | None = None
 
 
 class Refiner:
@@ -371,6 +374,7 @@ class Refiner:
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
         carried = [] if carry is None else list(np.clip(as_array(carry, "carry", (None, *warm.knots.shape)), lo, hi))
         best_k, best_c, prior_c = None, np.inf, np.nan
+        offered_c = np.full(len(offered), np.nan) if proposals is not None else None
         prior_k = prior_d = None  # the prior as rehearsed (row 1 of the first batch)
         n_roll = n_bad = it = n_steps = 0
         last_r = last_c = None
@@ -400,6 +404,9 @@ class Refiner:
             n_steps += steps
             n_roll += r.ok.size
             n_bad += r.n_unstable
+            if offered and it == 0:
+                n_off = min(len(offered), len(extra))
+                offered_c[:n_off] = c[len(incumbent) : len(incumbent) + n_off]
             if pk is not None and it == 0:
                 prior_c, prior_k = float(c[1]), cand[1].copy()
                 prior_d = None if detail is None else detail[1]
@@ -426,7 +433,7 @@ class Refiner:
             plan=Plan(best_k, self.spec, best_d), cost=best_c, prior_cost=prior_c, iterations=it,
             n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
             rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
-            optimizer_info=dict(ostate.info),
+            optimizer_info=dict(ostate.info), offered_costs=offered_c,
         )
 
     def _details(self, warm: Plan, prior: Plan | None, offered: bool = False) -> np.ndarray | None:
@@ -514,7 +521,14 @@ class Controller:
     tick also offers its candidate chunks for the current state, the way a stochastic
     proposer's samples are offered (``proposal_samples``): they join the first batch of any
     optimizer, rehearsed with their own per-tick detail under ``exact_prior``. The baseline
-    (``refine=False``) never sees them.
+    (``refine=False``) never sees them. A repair with a ``commit`` margin (a float, e.g.
+    ``RepairConfig.commit``; ``None``: none) is carried through once sent: its chunks are made
+    as long as an episode and, after a tick that sent one, the rest of it (shifted a tick) is
+    offered first among the next tick's repairs; while a repair is under way the cheapest
+    repair offered is sent unless the refined plan costs less by more than ``commit`` times
+    the refined plan's cost (a repair is longer than the horizon: rated over its first second
+    it loses to plans that make no progress). The commit ends when the repair's chunk is spent
+    (it no longer moves) or a plan beats it by the margin.
 
     With an actuation delay (``RefinerConfig.actuation_delay``) the controller keeps the
     delay line, the controls it sent that have not reached the actuators yet, and each tick's
@@ -536,6 +550,10 @@ class Controller:
         if repair is not None and not callable(getattr(repair, "candidates", None)):
             raise TwinloopError(f"repair {type(repair).__name__} has no candidates(state, ticks) method")
         self.repair = repair
+        self.commit = None if repair is None else getattr(repair, "commit", None)
+        if self.commit is not None:
+            self.commit = number(self.commit, "repair commit margin", low=0.0)
+        self._committed: np.ndarray | None = None  # (L, nu) the rest of the repair under way
         self.task = refiner.task
         self.monitor = monitor
         if monitor is not None and monitor.config.action in ("widen", "refit", "adapt") and not len(refiner.twin.param_space):
@@ -557,6 +575,7 @@ class Controller:
     def reset(self, seed: int | None = None) -> None:
         self._warm = None
         self._carry = None
+        self._committed = None
         self._line = None
         self.last = None
         self.n_fallbacks = 0
@@ -638,7 +657,11 @@ class Controller:
         warm plan) is returned and counted."""
         prior = proposals = detail = None
         # chunks offered beside the prior: the task's repairs first, then the proposer's samples
-        chunks = [] if self.repair is None else list(self.repair.candidates(state, self.refiner.spec.horizon_ticks))
+        under_way = self._committed is not None
+        whole = self._repairs(state)
+        H = self.refiner.spec.horizon_ticks
+        chunks = [w[:H] for w in whole]
+        plans = []
         if self.proposer is not None:
             prior = self.refiner.plan_from_actions(self._proposal(obs, state))
             if self.proposal_samples > 0:
@@ -657,12 +680,44 @@ class Controller:
                                       in_flight=in_flight, proposal_detail=detail)
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
+            self._committed = None
             backup = prior if prior is not None else warm
             return backup, TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}",
                                     plan=backup)
-        return res.plan, TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
-                                  iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
-                                  optimizer_info=res.optimizer_info, result=res, plan=res.plan)
+        plan, cost = res.plan, res.cost
+        if self.commit is not None:
+            plan, cost = self._commit(res, whole, plans[: len(whole)], under_way)
+        return plan, TickInfo(action=plan.first_action(), cost=cost, prior_cost=res.prior_cost,
+                              iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
+                              optimizer_info=res.optimizer_info, result=res, plan=plan)
+
+    def _repairs(self, state: np.ndarray) -> list:
+        """This tick's repair chunks: ``horizon`` ticks long; with a commit margin as long as an
+        episode, the rest of the repair under way first."""
+        if self.repair is None:
+            return []
+        H = self.refiner.spec.horizon_ticks
+        if self.commit is None:
+            return list(self.repair.candidates(state, H))
+        whole = list(self.repair.candidates(state, max(H, self.task.max_ticks)))
+        return whole if self._committed is None else [self._committed, *whole]
+
+    def _commit(self, res: RefineResult, whole: list, plans: list, under_way: bool) -> tuple[Plan, float]:
+        """The plan sent and its cost under a commit margin (see the class docstring; ``whole``:
+        the repairs offered, ``plans`` theirs, ``under_way``: a repair was), and the rest of the
+        repair sent, if one was, kept for the next tick."""
+        costs = np.array([]) if res.offered_costs is None else res.offered_costs[: len(whole)]
+        self._committed, plan, cost = None, res.plan, res.cost
+        if not np.isfinite(costs).any():
+            return plan, cost
+        j = int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))
+        if costs[j] <= res.cost or (under_way and costs[j] - res.cost <= self.commit * abs(res.cost)):
+            if costs[j] > res.cost:  # kept against a cheaper plan: send the repair's own chunk
+                p = plans[j]
+                plan, cost = replace(p, knots=np.clip(p.knots, self.refiner.spec.low, self.refiner.spec.high)), float(costs[j])
+            rest = np.concatenate([whole[j][1:], whole[j][-1:]])
+            self._committed = rest if np.abs(rest - rest[-1]).max() > 0 else None
+        return plan, cost
 
 
 @dataclass(frozen=True)
@@ -740,6 +795,9 @@ class AsyncController(Controller):
     def __init__(self, refiner: Refiner, proposer=None, config: AsyncConfig | None = None,
                  proposal_samples: int = 0, repair=None):
         super().__init__(refiner, proposer, refine=True, proposal_samples=proposal_samples, repair=repair)
+        if self.commit is not None:
+            raise TwinloopError(f"a repair's commit margin ({self.commit}) carries a repair on tick by tick; the "
+                                "asynchronous controller plans between ticks: use the synchronous Controller")
         self.config = config or AsyncConfig()
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None

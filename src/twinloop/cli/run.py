@@ -85,6 +85,10 @@ def run(
                                 "misplaced point near its goal) to the refiner each tick, beside the proposal samples."),
     repair_push: int = typer.Option(r.repair_push, help="With --repair: also offer pushes of this many other points, "
                                     "the farthest from their goals first (grasp tasks: the finger slides them there)."),
+    repair_reach: float = typer.Option(0.0, help="With --repair: how far (m) from its goal a point is still repaired "
+                                       "(0: the task's; grasp tasks 0.12)."),
+    repair_commit: float = typer.Option(-1.0, help="With --repair: carry a repair on once sent unless a plan costs "
+                                        "less by more than this fraction of its cost (-1: off)."),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
     first_episode: int = typer.Option(r.first_episode, help="Index of the first episode (a run split into pieces)."),
     seed: int = typer.Option(r.seed, help="Seeds the episodes (seed * 100000 + i) and, without --world-seed, the "
@@ -133,7 +137,8 @@ def run(
                    prune=prune, carry=carry, exact_prior=exact_prior, binary_actions=binary_actions, prior_margin=prior_margin,
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
-                   proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, repair=repair, repair_push=repair_push, episodes=episodes, first_episode=first_episode, seed=seed,
+                   proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, repair=repair, repair_push=repair_push,
+                   repair_reach=repair_reach or None, repair_commit=None if repair_commit < 0 else repair_commit, episodes=episodes, first_episode=first_episode, seed=seed,
                    world_seed=None if world_seed < 0 else world_seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,

@@ -84,6 +84,11 @@ class RunConfig:
             A task without one is refused.
         repair_push: with ``repair``, how many pushes of the points farthest from their goals
             the repair offers besides the grasped point's (``RepairConfig.push``; 0: none).
+        repair_reach: with ``repair``, how far (m, horizontally) from its goal a point is still
+            repaired (``RepairConfig.reach``; ``None``: the task's, 12 cm).
+        repair_commit: with ``repair``, carry a repair on once sent unless a plan costs less by
+            more than this fraction of its cost (``RepairConfig.commit``; ``None``: off, each
+            tick rates the repairs afresh over the horizon). Not in real time.
         episodes: episodes per controller.
         first_episode: index of the first episode: a run split into pieces (``first_episode``
             0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does.
@@ -149,6 +154,8 @@ class RunConfig:
     proposal_samples: int = 0
     repair: bool = False
     repair_push: int = 0
+    repair_reach: float | None = None
+    repair_commit: float | None = None
     episodes: int = 20
     first_episode: int = 0
     seed: int = 0
@@ -220,6 +227,15 @@ class RunConfig:
         object.__setattr__(self, "repair_push", number(self.repair_push, "repair_push", low=0, integer=True))
         if self.repair_push and not self.repair:
             raise TwinloopError(f"repair_push={self.repair_push} needs repair=True")
+        for name, low_open in (("repair_reach", True), ("repair_commit", False)):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, number(v, name, low=0.0, low_open=low_open))
+                if not self.repair:
+                    raise TwinloopError(f"{name}={v} needs repair=True")
+        if self.repair_commit is not None and self.realtime:
+            raise TwinloopError("repair_commit carries a repair on tick by tick; it cannot run in real time "
+                                "(realtime=True)")
         if self.optimizer.startswith("llm") and self.refiner.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
                                 f"batch: it needs iterations >= 2, got {self.refiner.iterations}")
@@ -310,8 +326,11 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
 
 
 def repair_of(task, cfg: RunConfig):
-    """The refined controller's repair: the task's, with ``cfg.repair_push`` pushes, or ``None``."""
-    return task.repair_primitive(push=cfg.repair_push) if cfg.repair else None
+    """The refined controller's repair: the task's, with ``cfg.repair_push`` pushes, its reach
+    and commit margin, or ``None``."""
+    if not cfg.repair:
+        return None
+    return task.repair_primitive(push=cfg.repair_push, reach=cfg.repair_reach, commit=cfg.repair_commit)
 
 
 def monitor_config(cfg: RunConfig) -> MonitorConfig:

@@ -281,11 +281,14 @@ class GraspTask(Task):
     def goal_features(self) -> np.ndarray:
         return self.goal.ravel().copy()
 
-    def repair_primitive(self, push: int = 0) -> PlaceRepair:
+    def repair_primitive(self, push: int = 0, reach: float | None = None, commit: float | None = None) -> PlaceRepair:
         """Re-grasp or place the grasped point where it belongs (:class:`PlaceRepair`), offered
-        only near its goal: a local correction of a misplaced release, not the task from its
-        start; with ``push`` (``RepairConfig.push``) also push the farthest other points."""
-        return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point), RepairConfig(push=push))
+        only near its goal (within ``reach``, default ``RepairConfig.reach``): a local
+        correction of a misplaced release, not the task from its start; with ``push``
+        (``RepairConfig.push``) also push the farthest other points; ``commit``:
+        ``RepairConfig.commit``."""
+        cfg = RepairConfig(push=push, commit=commit, **({} if reach is None else {"reach": reach}))
+        return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point), cfg)
 
     def trace_points(self, qpos, sensordata) -> np.ndarray:
         """The gripper and the traced keypoints (the grasped corner's path above all)."""
@@ -460,6 +463,11 @@ class RepairConfig:
             and at most ``reach`` from its goal (towel: a lower layer turned under a corner
             laid on its goal, which no place of the corner turns back).
         behind: where a push starts, this far behind the point (m).
+        commit: carry a repair on once the refiner sent it (``None``: off): the refined
+            controller offers the rest of it first each tick and keeps sending the cheapest
+            repair unless a plan costs less by more than this fraction of its cost
+            (:class:`~twinloop.control.Controller`; a repair takes longer than the horizon,
+            and rated over its first second it loses to plans that make no progress).
     """
 
     reach: float = 0.12
@@ -473,9 +481,12 @@ class RepairConfig:
     place: bool = True
     push: int = 0
     behind: float = 0.015
+    commit: float | None = None
 
     def __post_init__(self):
         number(self.push, "RepairConfig.push", low=0, integer=True)
+        if self.commit is not None:
+            number(self.commit, "RepairConfig.commit", low=0.0)
         for name in ("reach", "travel_speed", "hover", "pinch", "back_off", "behind"):
             number(getattr(self, name), f"RepairConfig.{name}", low=0.0, low_open=True)
         number(self.lag, "RepairConfig.lag", low=0.0, high=1.0, high_open=True)
@@ -515,6 +526,11 @@ class PlaceRepair:
         if not isinstance(self.config, RepairConfig):
             raise TwinloopError(f"config must be a RepairConfig, got {type(self.config).__name__}")
         self.point, self.goal = int(point), as_array(goal, "goal", (3,))
+
+    @property
+    def commit(self) -> float | None:
+        """The controller's commit margin (:attr:`RepairConfig.commit`)."""
+        return self.config.commit
 
     def candidates(self, state, ticks: int) -> np.ndarray:
         """``(n, ticks, 4)`` repair chunks from twin ``state`` (see the class docstring)."""
