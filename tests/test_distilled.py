@@ -765,5 +765,26 @@ def test_prior_shift_twin_worlds_draw_a_delay_and_noise_level_beside_the_same_mo
     assert len(set(levels)) >= 3 and max(levels) > 0
     assert levels == [DELAY_STEPS.index(tw.delay_steps) for tw in worlds(True)]  # seeded
     assert levels != [DELAY_STEPS.index(tw.delay_steps) for tw in worlds(True, seed=1)]
-    with pytest.raises(TwinloopError, match="prior_shift .* needs posterior='prior', got 'nominal'"):
-        DistillConfig(task="rope-shape", posterior="nominal", prior_shift=True)
+    with pytest.raises(TwinloopError, match="prior_shift .* needs posterior='prior' or 'nominal', got None"):
+        DistillConfig(task="rope-shape", prior_shift=True)
+
+
+def test_prior_shift_around_the_nominal_twin_draws_delay_and_noise_and_keeps_its_physics(tmp_path):
+    from twinloop.run.distill import DistillRun
+    from twinloop.worlds.shifted import DELAY_STEPS, noise_scales
+
+    def worlds(shift):
+        cfg = DistillConfig(task="rope-shape", posterior="nominal", prior_shift=shift, out=str(tmp_path))
+        run = DistillRun(cfg, tmp_path, log=lambda msg: None)
+        run.calibrate()
+        return [run.twin_world(i) for i in range(12)]
+
+    task = make_task("rope-shape")
+    plain, shifted = worlds(False), worlds(True)
+    for tw in plain + shifted:
+        np.testing.assert_array_equal(tw.params, task.param_space().nominal)  # physics never drawn
+    assert all(tw.delay_steps == 0 and not np.any(tw.obs_noise) for tw in plain)
+    levels = [DELAY_STEPS.index(tw.delay_steps) for tw in shifted]
+    for tw, level in zip(shifted, levels):
+        np.testing.assert_array_equal(tw.obs_noise, noise_scales(task, level))
+    assert len(set(levels)) >= 3 and max(levels) > 0

@@ -84,7 +84,7 @@ def distill(
     calib_episodes: int = typer.Option(d.calib_episodes, help="Excitation episodes recorded in the world for calibration."),
     calib_evals: int = typer.Option(d.calib.max_evals, help="Calibration budget (parameter vectors evaluated)."),
     posterior: str = typer.Option("", help="A saved posterior.json to use instead of calibrating (nominal: the nominal twin, uncalibrated; prior: twin-worlds drawn from the task's prior, domain randomization)."),
-    prior_shift: bool = typer.Option(False, help="With --posterior prior: each twin-world also draws a shift level 0-3 and takes its actuation delay and observation noise."),
+    prior_shift: bool = typer.Option(False, help="With --posterior prior or nominal: each twin-world also draws a shift level 0-3 and takes its actuation delay and observation noise."),
     steps: int = typer.Option(d.policy.steps, help="Training steps per round (at most, with --epochs)."),
     epochs: float = typer.Option(d.policy.epochs or 0, help="Passes over the training samples per round (0: --steps steps)."),
     val_fraction: float = typer.Option(d.policy.val_fraction, help="Fraction of episodes held out; the weights of the lowest held-out loss are kept."),

@@ -53,7 +53,7 @@ from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import DistilledPolicy, PolicyConfig
 from twinloop.run.compare import refiner_twin
-from twinloop.run.evaluate import TwinEstimate, calibrated_twin, calibration_record
+from twinloop.run.evaluate import NOMINAL_TWIN, TwinEstimate, calibrated_twin, calibration_record
 from twinloop.run.experiment import EpisodeResult, run_episodes, summarize
 from twinloop.stats import wilson
 from twinloop.tasks import make_task, task_preferences
@@ -103,10 +103,11 @@ class DistillConfig:
             parameters from the task's prior (:meth:`~twinloop.params.ParamSpace.sample_prior`,
             seeded by ``seed`` and the world's index; no delay, no observation noise): domain
             randomization, a policy trained on a spread of models and none fitted to the world.
-        prior_shift: with ``posterior="prior"``, each twin-world also draws a shift level 0-3
-            (uniformly, from the same seeded stream) and takes that level's actuation delay and
-            observation noise (:func:`~twinloop.worlds.shifted.shift_settings`: 0-40 ms, the
-            shift model's whole range; not its engine): latency and sensor noise randomized too.
+        prior_shift: with ``posterior="prior"`` or ``"nominal"``, each twin-world also draws a
+            shift level 0-3 (uniformly, from the same seeded stream) and takes that level's
+            actuation delay and observation noise (:func:`~twinloop.worlds.shifted.shift_settings`:
+            0-40 ms, the shift model's whole range; not its engine): latency and sensor noise
+            randomized too (with ``"nominal"``: around the nominal physics, which stays fixed).
         teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
             K; refinement alone for a task without one) | ``policy`` (the current policy
             refined at K; round 1's data always come from the scripted teacher).
@@ -199,9 +200,9 @@ class DistillConfig:
             if not isinstance(getattr(self, name), kind):
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "k_sweep", tuple(sorted({*sweep, self.refiner.num_samples})))
-        if self.prior_shift and self.posterior != PRIOR_TWINS:
-            raise TwinloopError(f"prior_shift randomizes the prior's twin-worlds: it needs posterior={PRIOR_TWINS!r}, "
-                                f"got {self.posterior!r}")
+        if self.prior_shift and self.posterior not in (PRIOR_TWINS, NOMINAL_TWIN):
+            raise TwinloopError(f"prior_shift randomizes uncalibrated twin-worlds: it needs posterior={PRIOR_TWINS!r} "
+                                f"or {NOMINAL_TWIN!r}, got {self.posterior!r}")
 
     def policy_config(self, task) -> PolicyConfig:
         ticks = max(1, int(round(self.refiner.horizon / task.control_period)))
@@ -332,15 +333,18 @@ class DistillRun:
                                         posterior, cfg.seed, self.log)
         if self.estimate.posterior is not None:
             write_json(saved, self.estimate.posterior.to_dict(), allow_nan=False)
+        if cfg.prior_shift:
+            self.log("twin-worlds: the nominal twin, each with a drawn delay and noise level 0-3")
 
     def twin_world(self, i: int) -> TwinWorld:
         """The i-th twin-world: the posterior's particle ``i mod P``, the estimated delay and noise
-        (``posterior="prior"``: the i-th draw from the task's prior, with ``prior_shift`` its
-        drawn delay and noise)."""
+        (``posterior="prior"``: the i-th draw from the task's prior; with ``prior_shift`` a drawn
+        delay and noise, around those parameters or the nominal ones)."""
         est = self.estimate
-        if self.cfg.posterior == PRIOR_TWINS:
+        if self.cfg.posterior == PRIOR_TWINS or self.cfg.prior_shift:
             rng = np.random.default_rng([self.cfg.seed, 17, i])
-            params = self.task.param_space().sample_prior(rng, 1)[0]
+            prior = self.cfg.posterior == PRIOR_TWINS
+            params = self.task.param_space().sample_prior(rng, 1)[0] if prior else est.params
             shift = shift_settings(self.task, int(rng.integers(0, 4)) if self.cfg.prior_shift else 0)
             return TwinWorld(self.task, params, delay_steps=shift["delay_steps"], obs_noise=shift["obs_noise"])
         particles = est.posterior.particles if est.posterior is not None else est.params[None]
