@@ -670,7 +670,7 @@ class Controller:
             plans = [self.refiner.plan_from_actions(c) for c in chunks]
             proposals = np.stack([p.knots for p in plans])
             if any(p.detail is not None for p in plans):
-                zero = np.zeros((self.refiner.spec.horizon_ticks, self.task.nu))
+                zero = np.zeros((H, self.task.nu))
                 detail = np.stack([zero if p.detail is None else p.detail for p in plans])
         if warm is None:
             # start still: hold the pusher where it is if the task can say where that is
