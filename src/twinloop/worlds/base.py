@@ -134,7 +134,7 @@ class SimWorld(World):
         out = {"time": self.t * self.period, "tick": self.t, "qpos": d.qpos.copy(), "qvel": d.qvel.copy()}
         unstable = unstable_reason(d) or self._too_fast()
         if unstable:
-            # MuJoCo reset the state mid-episode: what follows is no continuation of the episode
+            # MuJoCo reset the state, or a body outran the physics: what follows is no continuation
             out.update(failure=unstable, terminated=True)
         return out
 
