@@ -34,6 +34,8 @@ def test_run_writes_the_shared_summary_schema(tmp_path):
         lo, hi = r["success_ci"]
         assert 0 <= lo <= r["success_rate"] <= hi <= 1
     assert (tmp_path / "comparison.png").stat().st_size > 0
+    rows = [r for rows in s["per_episode"].values() for r in rows]  # each episode's fastest body
+    assert all(r["peak_body_speed"] > 0 and r["peak_body"] in ("pusher", "block") for r in rows)
 
 
 def test_run_rehearses_behind_the_actuation_delay_it_is_given(tmp_path):
@@ -250,10 +252,11 @@ def test_run_against_a_served_world(tmp_path):
         thread.join(timeout=5)
         server.close()
     assert s["world"]["served"]["world"] == "shifted" and "token" not in s["config"]
-    # the client does not know the served world's seed; the episodes are the same
+    # the client does not know the served world's seed nor its fastest body; the episodes are the same
     for name, rows in s["per_episode"].items():
         assert [r.pop("world_seed") for r in rows] == [None] * len(rows)
         assert [r.pop("world_seed") for r in local["per_episode"][name]] == [0] * len(rows)
+        assert all(r.pop("peak_body_speed") > 0 and r.pop("peak_body") for r in local["per_episode"][name])
     assert s["per_episode"] == local["per_episode"]
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from twinloop.errors import TwinloopError
 from twinloop.tasks import make_task
+from twinloop.tasks.block_push import BlockPush
 from twinloop.worlds import GymWorld, PerEpisodeWorld, ShiftedWorld, SimWorld
 
 
@@ -407,3 +408,125 @@ def test_bullet_world_pushes_the_block_where_the_pusher_goes():
     moved = info["qpos"][2:4] - task.initial_state(np.random.default_rng([0, 0]))[2:4]
     assert np.linalg.norm(moved) > 0.02
     world.close()
+
+
+# -- the task's bound on body speed ---------------------------------------------------------
+
+
+class BoundedBlockPush(BlockPush):
+    max_body_speed = 1.0
+
+
+class KickedWorld(SimWorld):
+    """The world whose block is struck to ``speed`` m/s along x after the 5th physics step of its
+    second tick, with no MuJoCo warning (a blow-up that stays finite); ``transient``: the block
+    stops dead one physics step later, at rest again well before the tick ends."""
+
+    def __init__(self, task, speed=4.0, transient=False):
+        super().__init__(task)
+        self.speed, self.transient, self.n = speed, transient, 0
+        self.block = self.model.body("block").id
+
+    def reset(self, seed):
+        self.n = 0
+        return super().reset(seed)
+
+    def _physics_step(self):
+        super()._physics_step()
+        self.n += 1
+        dof = self.model.body_dofadr[self.block]
+        if self.n == self.substeps + 5:
+            self.data.qvel[dof] = self.speed
+        elif self.transient and self.n == self.substeps + 6:
+            self.data.qvel[dof : dof + 4] = 0.0
+
+
+def proposer_alone(task):
+    from twinloop.control import Controller, Refiner
+    from twinloop.plan import make_optimizer
+    from twinloop.twin import make_twin
+
+    return Controller(Refiner(task, make_twin("mujoco", task.model), make_optimizer("mppi")), task.default_proposer(),
+                      refine=False)
+
+
+@pytest.mark.parametrize("name", ["rope-shape", "block-push"])
+def test_body_speeds_are_mujocos_centre_of_mass_velocities(name):
+    from twinloop.worlds.base import body_speeds
+
+    m = make_task(name).model
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(0)
+    d.qpos[:] = make_task(name).initial_state(rng)[: m.nq]
+    d.qvel[:] = rng.normal(size=m.nv)
+    mujoco.mj_forward(m, d)
+    v = np.zeros(6)
+    want = []
+    for b in range(m.nbody):
+        mujoco.mj_objectVelocity(m, d, mujoco.mjtObj.mjOBJ_BODY, b, v, 0)
+        want.append(np.linalg.norm(v[3:]))
+    np.testing.assert_allclose(body_speeds(m, d), want, atol=1e-12)
+
+
+@pytest.mark.parametrize(("name", "watched"), [("rope-shape", [f"rope_{i}" for i in range(8)]), ("block-push", ["block"]),
+                                               ("peg-insert", ["peg"]), ("pusher-v5", ["object", "goal"])])
+def test_the_bound_watches_the_scenes_objects_not_the_robot(name, watched):
+    from twinloop.worlds.base import watched_bodies
+
+    m = make_task(name).model
+    assert [m.body(int(b)).name for b in watched_bodies(m)] == watched  # no gripper, arm link or finger
+
+
+def test_a_body_faster_than_the_tasks_bound_ends_the_episode_as_a_failure_that_says_why():
+    from twinloop.run.experiment import run_episode
+
+    task = BoundedBlockPush()
+    world = KickedWorld(task)
+    res = run_episode(world, proposer_alone(task), 0, record=True)
+    assert (res.ticks, res.success, len(res.recorder)) == (2, False, 2)  # it ends there; what it recorded is kept
+    assert res.failure == ("simulation unstable: body 'block' reached 4.0 m/s, above the task's bound of 1 m/s (a "
+                           "physics blow-up MuJoCo did not reset, e.g. a contact pinched through; Task.max_body_speed)")
+    assert world.info()["terminated"] and world.info()["failure"] == res.failure
+    world.reset(0)  # a new episode starts clean
+    assert "failure" not in world.info() and world.peak_speed < 1.0
+
+
+def test_a_spike_over_before_the_tick_ends_is_caught():
+    task = BoundedBlockPush()
+    world = KickedWorld(task, transient=True)
+    world.reset(0)
+    hold = task.hold_action(world.true_state())
+    assert "failure" not in world.step(hold)[1]
+    info = world.step(hold)[1]
+    assert info["terminated"] and "body 'block' reached 4.0 m/s" in info["failure"]
+    assert abs(info["qvel"][world.model.body_dofadr[world.block]]) < 0.1  # at rest again at the tick's end
+
+
+def test_a_task_without_a_bound_is_never_flagged_but_its_peak_is_kept():
+    from twinloop.run.experiment import run_episode
+
+    task = make_task("block-push")
+    assert task.max_body_speed is None
+    world = KickedWorld(task, speed=50.0)
+    res = run_episode(world, proposer_alone(task), 0, record=False, max_ticks=4)
+    assert (res.ticks, res.failure) == (4, "")
+    assert world.peak_speed == pytest.approx(50.0) and world.peak_body == world.block
+
+
+@pytest.mark.parametrize("name", ["rope-shape", "cloth-fold"])
+def test_a_normal_episode_stays_under_its_tasks_bound(name):
+    from twinloop.run.experiment import run_episode
+
+    task = make_task(name)
+    assert task.max_body_speed is not None
+    world = ShiftedWorld(task, severity=2, seed=0)
+    res = run_episode(world, proposer_alone(task), 0, record=False)
+    assert res.failure == "" and res.ticks > 1
+    assert 0 < world.peak_speed < task.max_body_speed
+
+
+@pytest.mark.parametrize("bound", [0, -1.0, float("nan"), float("inf"), "fast", True])
+def test_a_bad_speed_bound_is_refused(bound):
+    task = type("Bad", (BlockPush,), {"max_body_speed": bound})()
+    with pytest.raises(TwinloopError, match="block-push.*max_body_speed .*must be a finite number > 0"):
+        SimWorld(task)

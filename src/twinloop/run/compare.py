@@ -369,8 +369,14 @@ def episode_stats(world, controller) -> dict:
     """What an episode reports besides its outcome (its per-episode row): a real-time world's
     deadline misses and the planner's cycles; a world distribution's draw (``world_seed``,
     ``world_params``); a monitor's ``alarms`` (tick, score, threshold, action) and ``refits``
-    (the tick each took over, the estimate by parameter name)."""
+    (the tick each took over, the estimate by parameter name); a simulated world's fastest body
+    (``peak_body_speed`` in m/s, ``peak_body``: what ``Task.max_body_speed`` bounds)."""
     out = {}
+    sim = world
+    while isinstance(sim, (RealtimeWorld, PerEpisodeWorld)):
+        sim = sim.world
+    if isinstance(sim, SimWorld):
+        out.update(peak_body_speed=round(sim.peak_speed, 4), peak_body=sim.model.body(sim.peak_body).name)
     if isinstance(world, RealtimeWorld):
         out.update(world.stats(), **(controller.stats() if isinstance(controller, AsyncController) else {}))
     if isinstance(world, PerEpisodeWorld):
@@ -482,7 +488,8 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "world_per_episode": cfg.world_per_episode,
         "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
                              "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
-                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits") if s in e.stats}}
+                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits", "peak_body_speed", "peak_body")
+                                if s in e.stats}}
                             for e in v] for k, v in all_eps.items()},
     }
     if monitor_info is not None:

@@ -82,6 +82,11 @@ class Task:
         binary_actions: indices of the actions that are open/closed commands (a pinch
             gripper's grasp), which a refiner told so (``RefinerConfig.binary_actions``) snaps
             at the middle of their range; ``()``: every action is continuous.
+        max_body_speed: the speed (m/s) no body's centre of mass reaches in this task's
+            physics, measured over normal episodes with a margin, or ``None``: no bound. A
+            simulated world (:class:`~twinloop.worlds.SimWorld`) whose body exceeds it ends the
+            episode as a failure (``simulation unstable: body ... reached ...``): a blow-up
+            that stayed finite, which MuJoCo's own instability check does not see.
     """
 
     name: str = "task"
@@ -96,6 +101,7 @@ class Task:
     sampling_noise: float | None = None
     euler_step: float | None = None
     binary_actions: tuple[int, ...] = ()
+    max_body_speed: float | None = None
 
     # -- scene -------------------------------------------------------------------------------
 

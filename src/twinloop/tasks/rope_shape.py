@@ -83,6 +83,9 @@ class RopeShape(GraspTask):
     horizon = 1.0
     max_ticks = 25
     cost_stride = 5
+    # m/s: normal episodes peak at 1.3-2.2 (a capsule whipped by the gripper); a pinch that blew
+    # the physics up flung the rope at 8.0 (benchmarks/body_speed.py, RESULTS.md)
+    max_body_speed = 4.0
     keypoints = tuple(k for k in POINTS if k.name in OBSERVED)
     scored = POINTS
     trace_keypoints = ("p8", "p6", "p4")

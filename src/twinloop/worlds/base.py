@@ -12,7 +12,8 @@ since reset) and, for simulated worlds, ``qpos``/``qvel`` (the hidden true state
 benchmarks and success tests, never by controllers). A world may also report ``terminated``
 (the episode is over: stop), ``truncated`` (stop: a time limit), ``success`` (its own
 verdict, which then replaces the task's test) and ``failure`` (a non-empty reason the episode
-cannot count: it stops there and fails, e.g. a simulation MuJoCo had to reset).
+cannot count: it stops there and fails, e.g. a simulation MuJoCo had to reset, or one whose
+bodies moved faster than the task's ``max_body_speed``: a physics blow-up that stayed finite).
 
 ``world.period`` is the world time (s) one ``step`` advances: the task's control period,
 unless a world is made finer for a real-time wrapper (``SimWorld(task, period=0.01)``).
@@ -87,6 +88,9 @@ class SimWorld(World):
                                 f"{self.period:g} s (period={period!r}; default: the task's control period "
                                 f"{task.control_period:g} s)")
         self.substeps = int(round(n))
+        self.watched = watched_bodies(self.model)
+        self.max_body_speed = speed_bound(task, self.model, self.watched)
+        self.peak_speed, self.peak_body = 0.0, 0  # the fastest watched body since reset (m/s, body id)
         self.rng = np.random.default_rng(0)
         self.t = 0
         self._started = False  # the default MjData is no episode state (the pusher sits inside the block)
@@ -101,6 +105,8 @@ class SimWorld(World):
         d.qvel[:] = state[m.nq : m.nq + m.nv]
         d.ctrl[:] = self.task.hold_action(state)
         mujoco.mj_forward(m, d)
+        self.peak_speed, self.peak_body = 0.0, 0
+        self._watch()
         self.t = 0
         self._started = True
         return self._observe()
@@ -119,18 +125,42 @@ class SimWorld(World):
         a = self._check_action(action)
         self.data.ctrl[:] = self._actuate(a)
         for _ in range(self.substeps):
-            mujoco.mj_step(self.model, self.data)
+            self._physics_step()
         self.t += 1
         return self._observe(), self.info()
 
     def info(self) -> dict:
         d = self.data
         out = {"time": self.t * self.period, "tick": self.t, "qpos": d.qpos.copy(), "qvel": d.qvel.copy()}
-        unstable = unstable_reason(d)
+        unstable = unstable_reason(d) or self._too_fast()
         if unstable:
-            # MuJoCo reset the state mid-episode: what follows is no continuation of the episode
+            # MuJoCo reset the state, or a body outran the physics: what follows is no continuation
             out.update(failure=unstable, terminated=True)
         return out
+
+    def _physics_step(self) -> None:
+        """One physics step, its bodies' speeds watched (each step: a spike can be over by the
+        end of a control tick)."""
+        mujoco.mj_step(self.model, self.data)
+        self._watch()
+
+    def _watch(self) -> None:
+        """Keep the fastest watched body of the state the last velocity computation read (after
+        ``mj_step``: the state that step started from)."""
+        s = body_speeds(self.model, self.data)[self.watched]
+        if s.size and s.max() > self.peak_speed:
+            i = int(np.argmax(s))
+            self.peak_speed, self.peak_body = float(s[i]), int(self.watched[i])
+
+    def _too_fast(self) -> str:
+        """``""``, or why the episode's fastest body so far breaks the task's speed bound."""
+        bound = self.max_body_speed
+        if bound is None or not self.peak_speed > bound:
+            return ""
+        name = self.model.body(self.peak_body).name or f"#{self.peak_body}"
+        return (f"simulation unstable: body {name!r} reached {self.peak_speed:.1f} m/s, above the task's bound of "
+                f"{bound:g} m/s (a physics blow-up MuJoCo did not reset, e.g. a contact pinched through; "
+                f"Task.max_body_speed)")
 
     def true_state(self) -> np.ndarray:
         d = self.data
@@ -141,6 +171,52 @@ class SimWorld(World):
 
     def _actuate(self, action: np.ndarray) -> np.ndarray:
         return action
+
+
+def speed_bound(task: Task, model: mujoco.MjModel, watched: np.ndarray) -> float | None:
+    """``task.max_body_speed`` checked: ``None`` (no bound) or a number > 0 (m/s), with a
+    body for it to watch."""
+    v = task.max_body_speed
+    if v is None:
+        return None
+    v = number(v, f"task {task.name!r}: max_body_speed (m/s, or None: no bound)", low=0, low_open=True)
+    if not len(watched):
+        raise TwinloopError(f"task {task.name!r}: max_body_speed={v:g} bounds no body: every body of its scene is "
+                            f"the robot's (moved by an actuator) or fixed")
+    return v
+
+
+def watched_bodies(model: mujoco.MjModel) -> np.ndarray:
+    """Ids of the bodies whose speed is the physics' own: every body with degrees of freedom
+    except the robot's, those an actuator moves through a joint (the joint's body) or a site
+    (the site's body and its ancestors); a robot's speed is what it is commanded (a position
+    servo sent 30 cm away moves at 4 m/s), a scene object's is what the physics makes of it.
+    A tendon's joints (a gripper's fingers) are the robot's when the tendon is fixed (made of
+    joints); a spatial tendon (a grasp pulling a cloth corner) moves no robot body itself."""
+    robot = set()
+    for trn, (target, _) in zip(model.actuator_trntype, model.actuator_trnid, strict=True):
+        trn = mujoco.mjtTrn(trn)
+        if trn in (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT):
+            robot.add(int(model.jnt_bodyid[target]))
+        elif trn == mujoco.mjtTrn.mjTRN_TENDON:
+            wraps = range(model.tendon_adr[target], model.tendon_adr[target] + model.tendon_num[target])
+            robot.update(int(model.jnt_bodyid[model.wrap_objid[w]]) for w in wraps
+                         if model.wrap_type[w] == mujoco.mjtWrap.mjWRAP_JOINT)
+        elif trn == mujoco.mjtTrn.mjTRN_SITE:
+            b = int(model.site_bodyid[target])
+            while b > 0:
+                robot.add(b)
+                b = int(model.body_parentid[b])
+    return np.array([b for b in range(1, model.nbody) if b not in robot and model.body_dofnum[b] > 0], dtype=int)
+
+
+def body_speeds(model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+    """``(nbody,)`` linear speed (m/s) of each body's centre of mass (``mj_objectVelocity``'s,
+    vectorized) in the state of ``data``'s last velocity computation; the world body's is 0."""
+    cvel = data.cvel  # [angular; linear] about the subtree centre of mass of each body's root
+    w, r = cvel[:, :3], data.xipos - data.subtree_com[model.body_rootid]
+    v = cvel[:, 3:] + w[:, [1, 2, 0]] * r[:, [2, 0, 1]] - w[:, [2, 0, 1]] * r[:, [1, 2, 0]]  # + w x r (np.cross: 1.5x slower)
+    return np.sqrt(np.einsum("ij,ij->i", v, v))
 
 
 #: MuJoCo's warnings for a state it found non-finite or huge and reset to the model's default

@@ -79,7 +79,7 @@ class TwinWorld(SimWorld):
             # the command sent now reaches the actuators delay_steps physics steps later
             self._queue.append(a.copy())
             self.data.ctrl[:] = self._queue.popleft()
-            mujoco.mj_step(self.model, self.data)
+            self._physics_step()
         self.t += 1
         return self._observe(), self.info()
 
