@@ -13,9 +13,9 @@ robot is told its world's hidden values) plans in a twin with the world's hidden
 (``SimWorld.true_state``: every vertex, the grasp's activation) instead of the keypoint estimate;
 ``--prior-weight W`` sets MPPI's ``prior_weight`` (the sampling mean is ``W prior + (1 - W)
 warm``; 0.5 by default); ``--repair`` offers the task's repair (``twinloop run --repair``), and
-with it ``--no-place`` (re-grasps only: ``RepairConfig.place`` off) screens its knob; ``--reach R``, ``--repair-push N`` and
-``--repair-commit M`` are ``twinloop run --repair-reach``, ``--repair-push`` and
-``--repair-commit``. A traced tick where repairs were offered ends with ``r<n> <d>``: n
+with it ``--no-place`` (re-grasps only: ``RepairConfig.place`` off) screens its knob; ``--reach R``, ``--regrasp-reach R``, ``--repair-push N``
+and ``--repair-commit M`` are ``twinloop run --repair-reach``, ``--repair-regrasp-reach``,
+``--repair-push`` and ``--repair-commit``. A traced tick where repairs were offered ends with ``r<n> <d>``: n
 candidates (with ``--repair-commit`` the rest of a repair under way first), the target sent d
 mm from the nearest one's first target; every traced tick then names the chunk the action
 sent starts (:func:`source`: P prior, W last plan, C the repair under way, G/L/U re-grasp,
@@ -124,6 +124,8 @@ def main() -> None:
     p.add_argument("--repair", action="store_true", help="offer the task's repair (RunConfig.repair)")
     p.add_argument("--no-place", action="store_true", help="with --repair: re-grasps only, no place while held")
     p.add_argument("--reach", type=float, default=None, help="with --repair: RepairConfig.reach (m; twinloop run --repair-reach)")
+    p.add_argument("--regrasp-reach", type=float, default=None,
+                   help="with --repair: RepairConfig.regrasp_reach (m; twinloop run --repair-regrasp-reach)")
     p.add_argument("--repair-commit", type=float, default=None,
                    help="with --repair: carry a repair on unless a plan beats it by this cost fraction (RepairConfig.commit)")
     p.add_argument("--repair-push", type=int, default=0, help="with --repair: pushes offered (RepairConfig.push)")
@@ -135,7 +137,7 @@ def main() -> None:
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, exact_prior=a.exact_prior, binary_actions=a.binary_actions)
     cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
                     checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples, repair=a.repair,
-                    repair_push=a.repair_push, repair_reach=a.reach, repair_commit=a.repair_commit,
+                    repair_push=a.repair_push, repair_reach=a.reach, repair_regrasp_reach=a.regrasp_reach, repair_commit=a.repair_commit,
                     episodes=max(a.episodes) + 1, video=False, record=False)
     world, ctl = controller_in_world(cfg, "refined")
     if a.oracle:

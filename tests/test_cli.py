@@ -287,3 +287,8 @@ def test_run_repair_on_a_task_without_one_exits_with_its_reason(tmp_path):
     assert res.exit_code == 2 and "repair_commit=0.2 needs repair=True" in res.output
     res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair-reach", "0.3", "--no-video"])
     assert res.exit_code == 2 and "repair_reach=0.3 needs repair=True" in res.output
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair-regrasp-reach", "0.6", "--no-video"])
+    assert res.exit_code == 2 and "repair_regrasp_reach=0.6 needs repair=True" in res.output
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair", "--repair-regrasp-reach", "-1",
+                              "--no-video"])
+    assert res.exit_code == 2 and "repair_regrasp_reach must be a finite number > 0, got -1" in res.output

@@ -643,3 +643,34 @@ def test_repair_reach_and_commit_reach_the_controller(misplaced_towel):
         AsyncController(ctl.refiner, None, repair=ctl.repair)
     with pytest.raises(TwinloopError, match="RepairConfig.commit must be a finite number >= 0, got -0.5"):
         RepairConfig(commit=-0.5)
+
+
+# -- a re-grasp from farther than a place (RepairConfig.regrasp_reach) ---------------------------
+
+def test_a_regrasp_reach_re_grasps_a_point_let_go_far_off_but_places_only_within_reach(cloth, misplaced_towel, held_towel):
+    start = cloth.initial_state(np.random.default_rng(0))  # let go 42 cm from its goal
+    assert cloth.repair_primitive(push=1, reach=0.3).candidates(start, 5).shape == (0, 5, 4)
+    far = cloth.repair_primitive(push=1, reach=0.3, regrasp_reach=0.5).candidates(start, 5)
+    assert far.shape == (4, 5, 4) and (far[:, 0, 3] == 0).all()  # re-grasps only: no push beyond 0.3
+    assert len(cloth.repair_primitive(push=1, reach=0.3, regrasp_reach=0.4).candidates(start, 5)) == 0
+    # a held point (4+ cm off) is placed only within reach, however far a re-grasp goes
+    narrow = RepairConfig(reach=0.01, regrasp_reach=1.0)
+    rep = cloth.repair_primitive()
+    assert PlaceRepair(cloth, rep.point, rep.goal, narrow).candidates(held_towel[0], 5).shape == (0, 5, 4)
+    assert len(PlaceRepair(cloth, rep.point, rep.goal, narrow).candidates(misplaced_towel, 5)) == 4
+    assert len(cloth.repair_primitive(reach=0.01).candidates(misplaced_towel, 5)) == 0  # None: reach
+
+
+def test_repair_regrasp_reach_reaches_the_controller_and_bad_values_are_refused():
+    cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, repair_reach=0.3, repair_regrasp_reach=0.6,
+                    video=False, record=False, refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
+    rep = controller_in_world(cfg, "refined")[1].repair
+    assert rep.config.reach == 0.3 and rep.config.regrasp_reach == 0.6
+    assert controller_in_world(replace(cfg, repair_regrasp_reach=None), "refined")[1].repair.config.regrasp_reach is None
+    for bad, match in [(dict(repair_reach=None, repair=False), "repair_regrasp_reach=0.6 needs repair=True"),
+                       (dict(repair_regrasp_reach=-0.2), "repair_regrasp_reach must be a finite number > 0, got -0.2"),
+                       (dict(repair_regrasp_reach=0.0), "repair_regrasp_reach must be a finite number > 0, got 0")]:
+        with pytest.raises(TwinloopError, match=match):
+            replace(cfg, **bad)
+    with pytest.raises(TwinloopError, match="RepairConfig.regrasp_reach must be a finite number > 0, got -1"):
+        RepairConfig(regrasp_reach=-1.0)

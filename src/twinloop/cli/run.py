@@ -87,6 +87,8 @@ def run(
                                     "the farthest from their goals first (grasp tasks: the finger slides them there)."),
     repair_reach: float = typer.Option(0.0, help="With --repair: how far (m) from its goal a point is still repaired "
                                        "(0: the task's; grasp tasks 0.12)."),
+    repair_regrasp_reach: float = typer.Option(0.0, help="With --repair: how far (m) from its goal a point let go is "
+                                               "still re-grasped (0: --repair-reach); a place stays within that."),
     repair_commit: float = typer.Option(-1.0, help="With --repair: carry a repair on once sent unless a plan costs "
                                         "less by more than this fraction of its cost (-1: off)."),
     episodes: int = typer.Option(r.episodes, help="Episodes per controller."),
@@ -138,7 +140,8 @@ def run(
                    actuation_delay=actuation_delay)
     _run(RunConfig(task=task, optimizer=optimizer, backend=backend, refiner=rcfg, world=world, severity=severity,
                    proposer=proposer, checkpoint=checkpoint, proposal_samples=proposal_samples, repair=repair, repair_push=repair_push,
-                   repair_reach=repair_reach or None, repair_commit=None if repair_commit < 0 else repair_commit, episodes=episodes, first_episode=first_episode, seed=seed,
+                   repair_reach=repair_reach or None,
+                   repair_regrasp_reach=repair_regrasp_reach or None, repair_commit=None if repair_commit < 0 else repair_commit, episodes=episodes, first_episode=first_episode, seed=seed,
                    world_seed=None if world_seed < 0 else world_seed, world_per_episode=world_per_episode, max_ticks=max_ticks or None, out=out,
                    video=video, record=record, twin_timestep=twin_timestep or None,
                    realtime=realtime, rate=rate or None, token=token or None,

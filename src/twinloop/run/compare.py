@@ -86,6 +86,9 @@ class RunConfig:
             the repair offers besides the grasped point's (``RepairConfig.push``; 0: none).
         repair_reach: with ``repair``, how far (m, horizontally) from its goal a point is still
             repaired (``RepairConfig.reach``; ``None``: the task's, 12 cm).
+        repair_regrasp_reach: with ``repair``, the same for a re-grasp of a point let go
+            (``RepairConfig.regrasp_reach``; ``None``: ``repair_reach``): a dropped point is
+            re-grasped from farther while a place stays within ``repair_reach``.
         repair_commit: with ``repair``, carry a repair on once sent unless a plan costs less by
             more than this fraction of its cost (``RepairConfig.commit``; ``None``: off, each
             tick rates the repairs afresh over the horizon). Not in real time.
@@ -155,6 +158,7 @@ class RunConfig:
     repair: bool = False
     repair_push: int = 0
     repair_reach: float | None = None
+    repair_regrasp_reach: float | None = None
     repair_commit: float | None = None
     episodes: int = 20
     first_episode: int = 0
@@ -227,7 +231,7 @@ class RunConfig:
         object.__setattr__(self, "repair_push", number(self.repair_push, "repair_push", low=0, integer=True))
         if self.repair_push and not self.repair:
             raise TwinloopError(f"repair_push={self.repair_push} needs repair=True")
-        for name, low_open in (("repair_reach", True), ("repair_commit", False)):
+        for name, low_open in (("repair_reach", True), ("repair_regrasp_reach", True), ("repair_commit", False)):
             v = getattr(self, name)
             if v is not None:
                 object.__setattr__(self, name, number(v, name, low=0.0, low_open=low_open))
@@ -326,11 +330,12 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
 
 
 def repair_of(task, cfg: RunConfig):
-    """The refined controller's repair: the task's, with ``cfg.repair_push`` pushes, its reach
-    and commit margin, or ``None``."""
+    """The refined controller's repair: the task's, with ``cfg.repair_push`` pushes, its reach,
+    re-grasp reach and commit margin, or ``None``."""
     if not cfg.repair:
         return None
-    return task.repair_primitive(push=cfg.repair_push, reach=cfg.repair_reach, commit=cfg.repair_commit)
+    return task.repair_primitive(push=cfg.repair_push, reach=cfg.repair_reach, commit=cfg.repair_commit,
+                                 regrasp_reach=cfg.repair_regrasp_reach)
 
 
 def monitor_config(cfg: RunConfig) -> MonitorConfig:

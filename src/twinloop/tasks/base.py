@@ -294,14 +294,16 @@ class Task:
         when the task has none (refinement then starts from nothing)."""
         return None
 
-    def repair_primitive(self, push: int = 0, reach: float | None = None, commit: float | None = None):
+    def repair_primitive(self, push: int = 0, reach: float | None = None, commit: float | None = None,
+                         regrasp_reach: float | None = None):
         """The task's local repair (``candidates(state, ticks) -> (n, ticks, nu)``: action chunks
         that correct a misplaced object near its goal, offered to the refiner beside its samples
         by ``RunConfig.repair``), or ``None`` when the task has none (default). ``push``: how
         many pushes of other points it offers too, ``reach``: how far from its goal a point is
         still repaired (``None``: the task's), ``commit``: a repair sent is carried on unless a
-        plan beats it by this cost fraction (the grasp tasks': ``RepairConfig.push``,
-        ``reach``, ``commit``; a repair may expose ``commit`` for the controller)."""
+        plan beats it by this cost fraction, ``regrasp_reach``: the reach of a re-grasp (a point
+        let go; ``None``: ``reach``) (the grasp tasks': ``RepairConfig.push``, ``reach``,
+        ``commit``, ``regrasp_reach``; a repair may expose ``commit`` for the controller)."""
         return None
 
     def excitation(self, seed: int, kind: str = "excite") -> Callable[[np.ndarray, int], np.ndarray]:

@@ -281,13 +281,15 @@ class GraspTask(Task):
     def goal_features(self) -> np.ndarray:
         return self.goal.ravel().copy()
 
-    def repair_primitive(self, push: int = 0, reach: float | None = None, commit: float | None = None) -> PlaceRepair:
+    def repair_primitive(self, push: int = 0, reach: float | None = None, commit: float | None = None,
+                         regrasp_reach: float | None = None) -> PlaceRepair:
         """Re-grasp or place the grasped point where it belongs (:class:`PlaceRepair`), offered
         only near its goal (within ``reach``, default ``RepairConfig.reach``): a local
         correction of a misplaced release, not the task from its start; with ``push``
-        (``RepairConfig.push``) also push the farthest other points; ``commit``:
-        ``RepairConfig.commit``."""
-        cfg = RepairConfig(push=push, commit=commit, **({} if reach is None else {"reach": reach}))
+        (``RepairConfig.push``) also push the farthest other points; ``commit``,
+        ``regrasp_reach``: ``RepairConfig.commit``, ``RepairConfig.regrasp_reach``."""
+        cfg = RepairConfig(push=push, commit=commit, regrasp_reach=regrasp_reach,
+                           **({} if reach is None else {"reach": reach}))
         return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point), cfg)
 
     def trace_points(self, qpos, sensordata) -> np.ndarray:
@@ -443,6 +445,9 @@ class RepairConfig:
     Attributes:
         reach: the repair is offered only while the grasped point lies within this horizontal
             distance of its goal (a local correction; the tasks' points start 33-42 cm away).
+        regrasp_reach: the same for a re-grasp (the point let go), ``None``: ``reach``. A
+            wider one re-grasps a point dropped far off, while a place (the point still held,
+            as the base carries it from its start) stays within ``reach``; pushes too.
         heights: how high the point is lifted over the midpoint of its way (at most the
             distance to go), one candidate each (m).
         overshoot: fractions of the shape's mean horizontal residual (the scored points' mean
@@ -482,11 +487,14 @@ class RepairConfig:
     push: int = 0
     behind: float = 0.015
     commit: float | None = None
+    regrasp_reach: float | None = None
 
     def __post_init__(self):
         number(self.push, "RepairConfig.push", low=0, integer=True)
         if self.commit is not None:
             number(self.commit, "RepairConfig.commit", low=0.0)
+        if self.regrasp_reach is not None:
+            number(self.regrasp_reach, "RepairConfig.regrasp_reach", low=0.0, low_open=True)
         for name in ("reach", "travel_speed", "hover", "pinch", "back_off", "behind"):
             number(getattr(self, name), f"RepairConfig.{name}", low=0.0, low_open=True)
         number(self.lag, "RepairConfig.lag", low=0.0, high=1.0, high_open=True)
@@ -507,8 +515,8 @@ class PlaceRepair:
     ``candidates(state, ticks) -> (n, ticks, 4)``: one chunk per carry height and overshoot
     (:class:`RepairConfig`), gripper targets and grasp commands per control tick (each target
     ``lag`` ahead, as :class:`SwingScript`'s), read from the estimated state; ``n = 0`` when
-    the point lies farther than ``reach`` from its goal (the repair cannot do the task from
-    its start) or the task's error is within tolerance with the point let go (a shape within
+    the point lies farther than ``reach`` from its goal (``regrasp_reach`` once let go; the
+    repair cannot do the task from its start) or the task's error is within tolerance with the point let go (a shape within
     tolerance whose point is still held is offered the place: let go there; once let go, a
     gripper still near is not re-grasping: an offer then pinched a finished towel again and
     again). The refiner rehearses them beside its own samples and sends one only where the
@@ -544,7 +552,9 @@ class PlaceRepair:
         p = pts[self.point]
         held = act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius
         done = float(t.error(q)) <= t.tolerance and not held  # let go within tolerance: backing off is not a repair
-        if np.linalg.norm((p - self.goal)[:2]) > cfg.reach or done or (held and not cfg.place):
+        off = np.linalg.norm((p - self.goal)[:2])
+        reach = cfg.reach if held or cfg.regrasp_reach is None else cfg.regrasp_reach
+        if off > reach or done or (held and not cfg.place):
             return np.empty((0, ticks, t.nu))
         residual = (t.goal - pts[t._err]).mean(axis=0) * [1.0, 1.0, 0.0]
         if held:  # place: carry on from here
@@ -560,7 +570,7 @@ class PlaceRepair:
             for h in cfg.heights:
                 keys = start + self._carry(start[-1][1], target, h, start[-1][0])
                 out.append(sample_keys(t, keys, ticks, cfg.lag))
-        if cfg.push and not held:
+        if cfg.push and not held and off <= cfg.reach:
             out += [sample_keys(t, self._push(grip, pts[i], t.goal[j]), ticks, cfg.lag) for i, j in self._pushed(pts)]
         return np.stack(out)
 
