@@ -130,6 +130,8 @@ def main() -> None:
                    help="with --repair: carry a repair on unless a plan beats it by this cost fraction (RepairConfig.commit)")
     p.add_argument("--repair-push", type=int, default=0, help="with --repair: pushes offered (RepairConfig.push)")
     p.add_argument("--oracle", action="store_true", help="plan in a twin with the world's hidden parameters")
+    p.add_argument("--settle", type=int, default=None,
+                   help="settle steps of the controller's keypoint -> state estimate (the task's settle_steps)")
     p.add_argument("--true-state", action="store_true", help="plan from the world's true state, not the estimate")
     p.add_argument("--prior-weight", type=float, default=None, help="MPPI prior_weight (default: MPPI's)")
     p.add_argument("--trace", action="store_true", help="print every tick")
@@ -143,6 +145,8 @@ def main() -> None:
     if a.oracle:
         hidden = world.describe()["params"]
         ctl.refiner.set_params(np.array([[hidden[n] for n in ctl.refiner.twin.param_space.names]]))
+    if a.settle is not None:  # the controller's estimator only (the world keeps its true state)
+        ctl.task.estimator.settle_steps = a.settle
     if a.true_state:  # the controller (and only it) reads the state through this instance's method
         ctl.task.state_from_obs = lambda obs: world.true_state()
     if a.repair and a.no_place:
