@@ -38,7 +38,12 @@ import numpy as np
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.modifiers import record_flex_materials
 from twinloop.tasks.base import Residual, Task, Traj
-from twinloop.tasks.keypoints import Keypoint, KeypointEstimator, KeypointObserver, add_keypoint_sites
+from twinloop.tasks.keypoints import (
+    Keypoint,
+    KeypointEstimator,
+    KeypointObserver,
+    add_keypoint_sites,
+)
 
 GRIPPER_JOINTS = ("gripper_x", "gripper_y", "gripper_z")
 
