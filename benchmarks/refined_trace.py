@@ -11,6 +11,8 @@ Screens that are not ``twinloop run`` options: ``--oracle`` (a diagnostic, not a
 robot is told its world's hidden values) plans in a twin with the world's hidden parameters
 (``Refiner.set_params``); ``--true-state`` (also a diagnostic) plans from the world's true state
 (``SimWorld.true_state``: every vertex, the grasp's activation) instead of the keypoint estimate;
+``--settle N`` sets the stateless estimate's settle steps (the task's ``settle_steps``); ``--observer``
+is ``twinloop run --observer`` (the stateful estimate);
 ``--prior-weight W`` sets MPPI's ``prior_weight`` (the sampling mean is ``W prior + (1 - W)
 warm``; 0.5 by default); ``--repair`` offers the task's repair (``twinloop run --repair``), and
 with it ``--no-place`` (re-grasps only: ``RepairConfig.place`` off) screens its knob; ``--reach R``, ``--regrasp-reach R``, ``--repair-push N``
@@ -130,6 +132,9 @@ def main() -> None:
                    help="with --repair: carry a repair on unless a plan beats it by this cost fraction (RepairConfig.commit)")
     p.add_argument("--repair-push", type=int, default=0, help="with --repair: pushes offered (RepairConfig.push)")
     p.add_argument("--oracle", action="store_true", help="plan in a twin with the world's hidden parameters")
+    p.add_argument("--observer", action="store_true", help="the stateful observer (twinloop run --observer)")
+    p.add_argument("--settle", type=int, default=None,
+                   help="settle steps of the controller's keypoint -> state estimate (the task's settle_steps)")
     p.add_argument("--true-state", action="store_true", help="plan from the world's true state, not the estimate")
     p.add_argument("--prior-weight", type=float, default=None, help="MPPI prior_weight (default: MPPI's)")
     p.add_argument("--trace", action="store_true", help="print every tick")
@@ -138,11 +143,13 @@ def main() -> None:
     cfg = RunConfig(task=a.task, world=a.world, severity=a.severity, seed=a.seed, world_seed=a.world_seed, proposer=a.proposer,
                     checkpoint=a.checkpoint, refiner=rc, proposal_samples=a.proposal_samples, repair=a.repair,
                     repair_push=a.repair_push, repair_reach=a.reach, repair_regrasp_reach=a.regrasp_reach, repair_commit=a.repair_commit,
-                    episodes=max(a.episodes) + 1, video=False, record=False)
+                    observer=a.observer, episodes=max(a.episodes) + 1, video=False, record=False)
     world, ctl = controller_in_world(cfg, "refined")
     if a.oracle:
         hidden = world.describe()["params"]
         ctl.refiner.set_params(np.array([[hidden[n] for n in ctl.refiner.twin.param_space.names]]))
+    if a.settle is not None:  # the controller's estimator only (the world keeps its true state)
+        ctl.task.estimator.settle_steps = a.settle
     if a.true_state:  # the controller (and only it) reads the state through this instance's method
         ctl.task.state_from_obs = lambda obs: world.true_state()
     if a.repair and a.no_place:

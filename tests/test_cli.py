@@ -292,3 +292,61 @@ def test_run_repair_on_a_task_without_one_exits_with_its_reason(tmp_path):
     res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair", "--repair-regrasp-reach", "-1",
                               "--no-video"])
     assert res.exit_code == 2 and "repair_regrasp_reach must be a finite number > 0, got -1" in res.output
+
+
+def _posterior_file(path, task_name: str, shift: float = 1.1, samples: int = 4, names=None):
+    """A posterior.json for ``task_name`` whose estimate is the nominal x ``shift`` (clipped to the
+    bounds) and whose samples spread around it."""
+    from twinloop.calib.posterior import Posterior
+
+    space = make_task(task_name).param_space()
+    n = len(space)
+    est = np.clip(space.nominal * shift, space.low, space.high)
+    rng = np.random.default_rng(0)
+    parts = np.clip(est + 0.1 * space.prior_std * rng.standard_normal((samples, n)), space.low, space.high)
+    parts[0] = est
+    post = Posterior(names=list(names or space.names), estimate=est, covariance=np.diag(space.prior_std**2),
+                     interval=np.stack([space.low, space.high], 1), data_std=np.full(n, 0.1),
+                     correlation=np.eye(n), identifiable=np.ones(n, bool), reasons=[""] * n, confounded=[],
+                     singular_values=np.ones(n), particles=parts, low=space.low, high=space.high, method="cma",
+                     train_error=(1.0, 1.0), holdout_error=(1.0, 1.0), n_evals=2, sim_steps=1, n_windows=1,
+                     n_transitions=1, seconds=0.0)
+    path.write_text(json.dumps(post.to_dict()))
+    return est, parts
+
+
+def test_run_plans_with_a_saved_posterior_when_asked(tmp_path):
+    est, parts = _posterior_file(tmp_path / "posterior.json", "block-push")
+    space = make_task("block-push").param_space()
+    assert not np.allclose(est, space.nominal)
+    s = run(tmp_path / "out", "--no-video", "--no-record", "--posterior", str(tmp_path / "posterior.json"))
+    assert s["config"]["posterior"] == str(tmp_path / "posterior.json")
+    assert len(s["planning_params"]) == 1 and list(s["planning_params"][0].values()) == pytest.approx(est.tolist())
+    assert list(s["planning_params"][0]) == space.names
+    refiner = build(RunConfig(task="block-push", posterior=str(tmp_path / "posterior.json")), check_twin=False)[3]
+    np.testing.assert_allclose(refiner.params, est[None])
+    # with particles: the posterior's samples (its estimate first), not the prior's
+    refiner = build(RunConfig(task="block-push", particles=3, posterior=str(tmp_path / "posterior.json")),
+                    check_twin=False)[3]
+    np.testing.assert_allclose(refiner.params, parts[:3])
+    assert run(tmp_path / "nominal", "--no-video", "--no-record")["planning_params"] is None
+
+
+def test_a_bad_posterior_is_refused_naming_the_problem(tmp_path):
+    good = tmp_path / "posterior.json"
+    _posterior_file(good, "block-push")
+    other = tmp_path / "other.json"
+    _posterior_file(other, "block-push", names=make_task("block-push").param_space().names[::-1])  # other order
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"names": ["x"]}')
+    cases = [(tmp_path / "missing.json", [], "does not exist"), (other, [], "not the task's"),
+             (broken, [], "not a readable posterior.json"), (good, ["--particles", "5"], "holds 4 samples")]
+    for path, extra, msg in cases:
+        res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path / "o"), "--no-video", "--posterior", str(path),
+                                  *extra])
+        assert res.exit_code == 2 and msg in res.output, (path, res.output)
+    data = json.loads(good.read_text())  # an estimate outside the task's bounds
+    data["estimate"][0] = 1e6
+    good.write_text(json.dumps(data))
+    with pytest.raises(TwinloopError, match="outside its bounds"):
+        build(RunConfig(task="block-push", posterior=str(good)), check_twin=False)

@@ -533,10 +533,15 @@ class Controller:
     With an actuation delay (``RefinerConfig.actuation_delay``) the controller keeps the
     delay line, the controls it sent that have not reached the actuators yet, and each tick's
     candidates are rolled out behind it (see :meth:`Refiner.refine`).
+
+    With an ``observer`` (a stateful estimate, e.g. a grasp task's
+    :class:`~twinloop.tasks.keypoints.KeypointObserver`: ``observer(obs) -> state``,
+    ``sent(action)``, ``reset()``) the state comes from it instead of ``task.state_from_obs``;
+    it is reset with each episode and told every action sent.
     """
 
     def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0,
-                 monitor=None, warm_start: bool = True, repair=None):
+                 monitor=None, warm_start: bool = True, repair=None, observer=None):
         if not refine and proposer is None:
             raise TwinloopError("a controller without refinement needs a proposer")
         if not isinstance(refiner, Refiner):
@@ -550,6 +555,9 @@ class Controller:
         if repair is not None and not callable(getattr(repair, "candidates", None)):
             raise TwinloopError(f"repair {type(repair).__name__} has no candidates(state, ticks) method")
         self.repair = repair
+        if observer is not None and not all(callable(getattr(observer, a, None)) for a in ("__call__", "sent", "reset")):
+            raise TwinloopError(f"observer {type(observer).__name__} needs __call__(obs), sent(action) and reset()")
+        self.observer = observer
         self.commit = None if repair is None else getattr(repair, "commit", None)
         if self.commit is not None:
             self.commit = number(self.commit, "repair commit margin", low=0.0)
@@ -576,6 +584,8 @@ class Controller:
         self._warm = None
         self._carry = None
         self._committed = None
+        if self.observer is not None:
+            self.observer.reset()
         self._line = None
         self.last = None
         self.n_fallbacks = 0
@@ -595,7 +605,7 @@ class Controller:
 
     def act(self, obs, info: dict | None = None) -> np.ndarray:
         """The action for observation ``obs`` (``info``, the world's, is not needed here)."""
-        state = self.task.state_from_obs(obs)
+        state = self.task.state_from_obs(obs) if self.observer is None else self.observer(obs)
         alarm = self._watch(state) if self.monitor is not None else ""
         if self.proposer is not None and (not self.refine_enabled or self._gave_up):
             # the baseline (or a monitor's fallback) sends the proposer's own first action
@@ -611,6 +621,8 @@ class Controller:
         if self.monitor is not None:
             self.last.gap = self.monitor.score
             self.monitor.sent(state, self.last.action)
+        if self.observer is not None:
+            self.observer.sent(self.last.action)
         return self.last.action
 
     def _watch(self, state: np.ndarray) -> str:

@@ -33,6 +33,7 @@ import numpy as np
 from twinloop.calib.problem import Objective
 from twinloop.calib.report import format_report, json_load, json_safe
 from twinloop.errors import TwinloopError
+from twinloop.io import read_json
 from twinloop.params import ParamSpace
 
 
@@ -156,6 +157,25 @@ class Posterior:
         d["train_error"] = tuple(d["train_error"])
         d["holdout_error"] = tuple(d["holdout_error"])
         return cls(**d)
+
+    @classmethod
+    def load(cls, path, space: ParamSpace | None = None) -> Posterior:
+        """A saved ``posterior.json`` (``twinloop calibrate``, ``evaluate``, ``distill``); with
+        ``space``, checked to fit that space's parameters, in its order and within its bounds.
+        A missing, unreadable or malformed file, or one that fits other parameters, is a
+        :class:`TwinloopError` that names it."""
+        try:
+            post = cls.from_dict(read_json(path, "posterior"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TwinloopError(f"posterior {str(path)!r} is not a readable posterior.json: {exc}") from exc
+        if space is not None:
+            if list(post.names) != list(space.names):
+                raise TwinloopError(f"posterior {str(path)!r} fits {list(post.names)}, not the task's "
+                                    f"{list(space.names)}")
+            space.check(post.estimate, f"posterior {str(path)!r}: its estimate")
+            space.check(post.particles, f"posterior {str(path)!r}: its particles")
+        return post
+
 
 def design(n: int) -> np.ndarray:
     """Response-surface design in unit coordinates: the centre, +-e_i and +-(e_i +- e_j)/sqrt 2

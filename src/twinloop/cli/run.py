@@ -103,6 +103,12 @@ def run(
     max_ticks: int = typer.Option(0, help="Episode length in control ticks (0: the task's)."),
     particles: int = typer.Option(r.particles, help="Parameter particles the refiner plans under: the nominal values and "
                                   "draws from the task's parameter prior (domain randomization); 0: the nominal twin."),
+    posterior: str = typer.Option("", help="A saved calibration (posterior.json of twinloop calibrate, evaluate or "
+                                  "distill) the refiner plans with: its estimate, or with --particles its samples, "
+                                  "in place of the nominal parameters."),
+    observer: bool = typer.Option(False, help="The refined controller estimates the state with the task's stateful "
+                                  "observer (grasp tasks: the last estimate predicted a tick ahead in the twin, "
+                                  "corrected to the keypoints) instead of from each observation alone."),
     risk: str = typer.Option("mean", help="Risk over parameter particles: mean | worst | cvar."),
     twin_timestep: float = typer.Option(r.twin_timestep or 0.0, help="Twin physics timestep (s), coarser than the scene's (0: the scene's); checked for stability and ranking."),
     prune: float = typer.Option(0.0, help="Fraction of the horizon after which only the best candidates continue (0: off)."),
@@ -147,7 +153,7 @@ def run(
                    realtime=realtime, rate=rate or None, token=token or None,
                    async_control=AsyncConfig(latency_comp=latency_comp, budget=budget or None),
                    llm=LLMConfig(base_url=llm_base_url, model=llm_model, timeout=llm_timeout), noise=noise or None,
-                   particles=particles, monitor=monitor, monitor_episodes=monitor_episodes),
+                   particles=particles, posterior=posterior or None, observer=observer, monitor=monitor, monitor_episodes=monitor_episodes),
          overwrite, executor, address)
 
 

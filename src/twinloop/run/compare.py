@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from twinloop.calib.monitor import ACTIONS, GapMonitor, MonitorConfig
+from twinloop.calib.posterior import Posterior
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import (
     AsyncConfig,
@@ -129,7 +130,18 @@ class RunConfig:
             nominal values and ``particles - 1`` draws from the prior of the task's
             ``param_space()`` (:meth:`~twinloop.params.ParamSpace.prior_particles`, seeded by
             ``seed``); each candidate's costs over them are aggregated by ``refiner.risk``. 0 or 1:
-            the nominal twin alone. Costs P times the rollouts per tick.
+            the nominal twin alone. Costs P times the rollouts per tick. With ``posterior``: the
+            posterior's first ``particles`` samples instead (its estimate first).
+        posterior: a saved calibration (``posterior.json`` of ``twinloop calibrate``, ``evaluate``
+            or ``distill``) the refiner plans with: its estimate (or, with ``particles`` >= 2,
+            its samples) in place of the nominal parameters. ``None``: the nominal twin. The
+            base proposer and the world are unchanged.
+        observer: the refined controller estimates the state with the task's stateful observer
+            (:meth:`GraspTask.observer <twinloop.tasks.deformable.GraspTask.observer>`: the last
+            estimate predicted a tick ahead in the twin, at the planning parameters' first
+            particle, and corrected to the keypoints) instead of the stateless
+            ``task.state_from_obs``; the base controller keeps the stateless one. Grasp tasks;
+            not in real time.
         monitor: a live gap monitor on the refined controller (:class:`~twinloop.calib.monitor.
             GapMonitor`), what its alarm does: ``flag`` (record only) | ``widen`` | ``refit`` |
             ``fallback`` | ``adapt`` (``refit``, and the actuators' gains refit at tick 10 whatever
@@ -177,6 +189,8 @@ class RunConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
     noise: float | None = None
     particles: int = 0
+    posterior: str | None = None
+    observer: bool = False
     monitor: str | None = None
     monitor_episodes: int = 4
 
@@ -240,6 +254,9 @@ class RunConfig:
         if self.repair_commit is not None and self.realtime:
             raise TwinloopError("repair_commit carries a repair on tick by tick; it cannot run in real time "
                                 "(realtime=True)")
+        if self.observer and self.realtime:
+            raise TwinloopError("observer=True predicts the last estimate one control tick ahead; the real-time "
+                                "controller's ticks have no fixed period (realtime=True)")
         if self.optimizer.startswith("llm") and self.refiner.iterations < 2:
             raise TwinloopError(f"optimizer {self.optimizer!r} adds the model's plans to the next iteration's "
                                 f"batch: it needs iterations >= 2, got {self.refiner.iterations}")
@@ -264,6 +281,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
+    if cfg.observer and not callable(getattr(task, "observer", None)):
+        raise TwinloopError(f"observer=True: task {cfg.task!r} has no stateful observer (the grasp tasks have)")
     if cfg.repair and task.repair_primitive() is None:
         raise TwinloopError(f"repair=True: task {cfg.task!r} has no repair primitive (Task.repair_primitive)")
     if cfg.monitor == "fallback" and proposer is None:
@@ -281,7 +300,18 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
 
 def planning_particles(cfg: RunConfig, space) -> np.ndarray | None:
     """``(P, n)`` parameter particles of ``space`` the refiner plans under (see
-    :attr:`RunConfig.particles`), or ``None`` (the nominal twin) for fewer than 2."""
+    :attr:`RunConfig.particles` and :attr:`RunConfig.posterior`), or ``None`` (the nominal
+    twin)."""
+    if cfg.posterior is not None:
+        if not len(space):
+            raise TwinloopError(f"posterior={cfg.posterior!r}: task {cfg.task!r} has no parameters to plan with")
+        post = Posterior.load(cfg.posterior, space)
+        if cfg.particles < 2:
+            return post.estimate[None].copy()
+        if cfg.particles > len(post.particles):
+            raise TwinloopError(f"particles={cfg.particles}: posterior {cfg.posterior!r} holds "
+                                f"{len(post.particles)} samples")
+        return post.particles[:cfg.particles].copy()
     if cfg.particles < 2:
         return None
     if not len(space):
@@ -326,7 +356,14 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
             raise TwinloopError("a monitored run's refined controller needs the monitor's (error, threshold)")
         monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
     return Controller(refiner, proposer, monitor=monitor, proposal_samples=cfg.proposal_samples,
-                      repair=repair_of(task, cfg))
+                      repair=repair_of(task, cfg), observer=observer_of(task, cfg, refiner))
+
+
+def observer_of(task, cfg: RunConfig, refiner):
+    """The refined controller's stateful observer (:attr:`RunConfig.observer`), or ``None``."""
+    if not cfg.observer:
+        return None
+    return task.observer(None if refiner.params is None else refiner.params[0])
 
 
 def repair_of(task, cfg: RunConfig):
@@ -490,6 +527,9 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "config": {k: v for k, v in asdict(cfg).items() if k != "token"},
         "wall_time_s": time.perf_counter() - t_start,
         "results": results,
+        # what the refined controller plans with (null: the nominal twin)
+        "planning_params": None if refiner.params is None else
+        [dict(zip(refiner.twin.param_space.names, map(float, p))) for p in refiner.params],
         "world_per_episode": cfg.world_per_episode,
         "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
                              "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,

@@ -203,12 +203,7 @@ def calibrated_twin(task, world, calib: CalibConfig, seeds, ticks: int, posterio
         return TwinEstimate(task.param_space().nominal, 0, np.zeros(len(task.obs_names)))
     trajs = [record_trajectory(world, task.excitation(s), s, ticks) for s in seeds]
     if posterior:
-        try:
-            post = Posterior.from_dict(read_json(posterior, "posterior"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TwinloopError(f"posterior {posterior!r} is not a readable posterior.json: {exc}") from exc
-        if list(post.names) != task.param_space().names:
-            raise TwinloopError(f"{posterior} fits {post.names}, not {task.param_space().names}")
+        post = Posterior.load(posterior, task.param_space())
     else:
         log(f"calibrating on {len(trajs)} excitation episodes ({calib.method}, {calib.max_evals} evaluations)")
         post = calibrate(task, trajs, config=calib)

@@ -38,7 +38,12 @@ import numpy as np
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.modifiers import record_flex_materials
 from twinloop.tasks.base import Residual, Task, Traj
-from twinloop.tasks.keypoints import Keypoint, KeypointEstimator, add_keypoint_sites
+from twinloop.tasks.keypoints import (
+    Keypoint,
+    KeypointEstimator,
+    KeypointObserver,
+    add_keypoint_sites,
+)
 
 GRIPPER_JOINTS = ("gripper_x", "gripper_y", "gripper_z")
 
@@ -168,8 +173,17 @@ class GraspTask(Task):
     def state_from_obs(self, obs) -> np.ndarray:
         """Twin state from keypoints (see :class:`~twinloop.tasks.keypoints.KeypointEstimator`)."""
         g, gv, act, pts, vel = self.split_obs(obs)
-        hold = np.concatenate([np.clip(g, self.action_low[:3], self.action_high[:3]), [np.clip(act, 0.0, 1.0)]])
-        return self.estimator(g, gv, [act], pts, vel, hold)
+        return self.estimator(g, gv, [act], pts, vel, self.settle_ctrl(g, act))
+
+    def settle_ctrl(self, gripper, act: float) -> np.ndarray:
+        """Controls that hold the gripper where it was seen and the grasp as it is while an
+        estimate settles."""
+        return np.concatenate([np.clip(gripper, self.action_low[:3], self.action_high[:3]), [np.clip(act, 0.0, 1.0)]])
+
+    def observer(self, params=None) -> KeypointObserver:
+        """A stateful estimate for a controller (:class:`~twinloop.tasks.keypoints.KeypointObserver`:
+        the last estimate predicted a tick ahead, corrected to the keypoints), under ``params``."""
+        return KeypointObserver(self, params)
 
     # -- geometry ----------------------------------------------------------------------------
 

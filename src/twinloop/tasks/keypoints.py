@@ -14,11 +14,18 @@ fills the gap in two steps::
 Velocities are the guess's (interpolated keypoint velocities); the gripper's position, velocity
 and grasp activation are observed directly.
 
-The estimator is stateless: the same observation always gives the same state. Warm-starting
-from the last estimate would save a few settle steps, but ``state_from_obs`` is called from
-several places (the controller each tick, the recorder, calibration windows, distillation), so a
-hidden estimate carried between calls could leak across episodes and break "same seed, same
-episode"; the interpolated guess is close enough that a short settle suffices.
+The estimator is stateless: the same observation always gives the same state. ``state_from_obs``
+is called from several places (the controller each tick, the recorder, calibration windows,
+distillation), so a hidden estimate carried between calls could leak across episodes and break
+"same seed, same episode".
+
+:class:`KeypointObserver` is the stateful alternative a controller owns (reset with each
+episode): it *predicts* the last estimate one control tick ahead under the action it was told was
+sent (the twin's own physics) and *corrects* the prediction by the same pinned settle, started from
+the prediction instead of the interpolation; velocities are the prediction's. A lifted towel's
+hanging vertices then come from dynamics, not from straight lines between keypoints: on ten
+recorded refined towel episodes in the shifted world (142 frames) the mean vertex error falls
+from 5.2 to 4.0 mm and its 95th percentile from 31 to 14 mm (lifted frames: 44.5 -> 18.8 mm).
 """
 
 from __future__ import annotations
@@ -89,18 +96,94 @@ class KeypointEstimator:
         """State ``[qpos, qvel, act]`` from the gripper's ``(3,)`` position and velocity, the
         ``(na,)`` activation and the keypoints' ``(n, 3)`` positions and velocities (m, m/s);
         ``ctrl (nu,)`` holds the actuators where they are while the shape settles."""
-        m, d = self.model, self.data
         qpos, qvel = self.guess(points, velocities)
         qpos, qvel = np.array(qpos, dtype=float), np.array(qvel, dtype=float)
         qpos[self.gripper], qvel[self.gripper] = gripper_qpos, gripper_qvel
         if self.settle_steps:
-            mujoco.mj_resetData(m, d)
-            d.qpos[:], d.act[:] = qpos, act
-            d.mocap_pos[self._mocap] = points
-            d.ctrl[:] = ctrl
-            for _ in range(self.settle_steps):
-                d.qvel[:] = 0.0
-                mujoco.mj_step(m, d)
-                d.qpos[self.gripper] = gripper_qpos  # the gripper is where it was seen
-            qpos = d.qpos.copy()
+            qpos = self._settle(qpos, gripper_qpos, act, points, ctrl)
         return np.concatenate([qpos, qvel, np.asarray(act, dtype=float).reshape(-1)])
+
+    def correct(self, prior, gripper_qpos, gripper_qvel, act, points, ctrl) -> np.ndarray:
+        """State ``[qpos, qvel, act]`` from a ``prior`` twin state (a prediction) corrected to the
+        observation: the pinned settle started from the prior's positions; velocities the
+        prior's (the gripper's observed)."""
+        nq, nv = self.model.nq, self.model.nv
+        prior = np.asarray(prior, dtype=float)
+        qpos = prior[:nq].copy()
+        qpos[self.gripper] = gripper_qpos
+        qpos = self._settle(qpos, gripper_qpos, act, points, ctrl)
+        qvel = prior[nq:nq + nv].copy()
+        qvel[self.gripper] = gripper_qvel
+        return np.concatenate([qpos, qvel, np.asarray(act, dtype=float).reshape(-1)])
+
+    def _settle(self, qpos, gripper_qpos, act, points, ctrl) -> np.ndarray:
+        """Positions after ``settle_steps`` quasi-static steps from ``qpos`` with every keypoint
+        softly pinned to ``points``, the gripper held where it was seen."""
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)
+        d.qpos[:], d.act[:] = qpos, act
+        d.mocap_pos[self._mocap] = points
+        d.ctrl[:] = ctrl
+        for _ in range(self.settle_steps):
+            d.qvel[:] = 0.0
+            mujoco.mj_step(m, d)
+            d.qpos[self.gripper] = gripper_qpos  # the gripper is where it was seen
+        return d.qpos.copy()
+
+
+class KeypointObserver:
+    """A stateful keypoint -> twin state estimate: predict, then correct (see module doc).
+
+    Call :meth:`reset` at each episode's start, the observer with each observation, and
+    :meth:`sent` with each action sent; the first observation after a reset (or after a
+    prediction that went non-finite) is the stateless estimate (``task.state_from_obs``).
+
+    Args:
+        task: a task with a keypoint estimator (``task.estimator``, ``task.split_obs``: the
+            grasp tasks).
+        params: the twin's parameters the prediction runs under (``None``: the nominal scene).
+    """
+
+    def __init__(self, task, params=None):
+        est = getattr(task, "estimator", None)
+        if not isinstance(est, KeypointEstimator):
+            raise TwinloopError(f"task {getattr(task, 'name', task)!r} has no keypoint estimator to observe with")
+        self.task, self.estimator = task, est
+        model = task.model if params is None else task.param_space().apply(task.model, params)
+        self.model, self.data = model, mujoco.MjData(model)
+        self.steps = max(1, int(round(task.control_period / model.opt.timestep)))
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the last estimate (a new episode)."""
+        self._state: np.ndarray | None = None
+        self._action: np.ndarray | None = None
+
+    def sent(self, action) -> None:
+        """The action sent after the last observation (held over the next control tick)."""
+        self._action = np.array(action, dtype=float)
+
+    def predict(self) -> np.ndarray | None:
+        """The last estimate one control tick ahead under the action sent, or ``None``."""
+        if self._state is None or self._action is None:
+            return None
+        m, d = self.model, self.data
+        nq, nv = m.nq, m.nv
+        d.qpos[:], d.qvel[:], d.act[:] = self._state[:nq], self._state[nq:nq + nv], self._state[nq + nv:]
+        d.ctrl[:] = self._action
+        for _ in range(self.steps):
+            mujoco.mj_step(m, d)
+        pred = np.concatenate([d.qpos, d.qvel, d.act])
+        return pred if np.all(np.isfinite(pred)) else None
+
+    def __call__(self, obs) -> np.ndarray:
+        """Twin state ``[qpos, qvel, act]`` for observation ``obs``."""
+        t = self.task
+        pred = self.predict()
+        if pred is None:
+            state = t.state_from_obs(obs)
+        else:
+            g, gv, act, pts, _ = t.split_obs(obs)
+            state = self.estimator.correct(pred, g, gv, [act], pts, t.settle_ctrl(g, act))
+        self._state, self._action = state, None
+        return state
