@@ -777,3 +777,24 @@ def test_run_observer_reaches_the_refined_controller_only_and_is_refused_where_i
         build(RunConfig(task="push-t", observer=True), check_twin=False)
     with pytest.raises(TwinloopError, match="realtime=True"):
         RunConfig(task="cloth-fold", observer=True, realtime=True)
+
+
+def test_the_observer_estimates_an_episode_the_same_whatever_ran_before(cloth):
+    """Same seed, same episode: nothing of an earlier episode (e.g. the solver's warm start)
+    carries into the next one's predictions."""
+    ep = observed_episode(cloth, SimWorld(cloth), 4)
+
+    def estimates(o):
+        out = []
+        for _, obs, a in ep:
+            out.append(o(obs))
+            o.sent(a)
+        return np.array(out)
+
+    fresh = estimates(cloth.observer())
+    used = cloth.observer()
+    for _, obs, a in observed_episode(cloth, SimWorld(cloth), 6, seed=7):  # another episode first
+        used(obs)
+        used.sent(a)
+    used.reset()
+    np.testing.assert_array_equal(estimates(used), fresh)
