@@ -407,6 +407,13 @@ class Dataset:
 
         The episode's columns must match the dataset's (set by its first episode).
         """
+        if isinstance(episode, EpisodeRecorder):
+            block = self._info.get("twinloop") or {}
+            for key in ("task", "scene"):  # a recorder of another task's episodes is refused here
+                have, want = getattr(episode, key, None), block.get(key)
+                if have and want and have != want:
+                    raise TwinloopError(f"episode {episode.episode_index} was recorded on {key} {have!r}, but "
+                                        f"{self.root} holds {key} {want!r}; write it to a dataset of its own")
         table = episode.to_table() if isinstance(episode, EpisodeRecorder) else episode
         if not isinstance(table, pa.Table):
             raise TwinloopError(f"write takes an EpisodeRecorder or a pyarrow.Table, got {type(episode).__name__}")
@@ -505,8 +512,11 @@ class Dataset:
         """The episode with this index, verified against its checksum and row count unless
         ``verify`` is False (the row count and episode index are always checked)."""
         table = self.table(episode_index, verify)
-        return _episode_from_table(table, TWINLOOP_COLUMNS, str(self.path(int(episode_index))),
-                                   episode_index=int(episode_index), refine=True)
+        ep = _episode_from_table(table, TWINLOOP_COLUMNS, str(self.path(int(episode_index))),
+                                 episode_index=int(episode_index), refine=True)
+        block = self._info.get("twinloop") or {}
+        ep.task, ep.scene = (v if isinstance(v, str) and v else None for v in (block.get("task"), block.get("scene")))
+        return ep
 
     def episodes(self) -> list[Episode]:
         """All episodes, by ascending index."""

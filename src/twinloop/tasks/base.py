@@ -209,6 +209,11 @@ class Task:
     def check_obs(self, obs) -> np.ndarray:
         return as_array(obs, f"{self.name} observation", (len(self.obs_names),))
 
+    def check_qpos(self, qpos) -> np.ndarray:
+        """``qpos`` as a finite ``(nq,)`` float array, or a clear error (what a success test
+        reads first)."""
+        return as_array(qpos, f"{self.name} qpos", (self.model.nq,))
+
     def obs_from_env(self, raw_obs, info: dict) -> np.ndarray:
         """A gymnasium env's observation (and its step ``info``, where some envs put velocities)
         -> this task's observation. Default: the raw observation as a float vector."""
