@@ -40,7 +40,15 @@ class World:
 
     name = "world"
     task: Task
-    period: float
+
+    @property
+    def period(self) -> float:
+        """World time (s) one ``step`` advances; default: the task's control period."""
+        return self.__dict__.get("_period", None) or self.task.control_period
+
+    @period.setter
+    def period(self, value: float) -> None:
+        self.__dict__["_period"] = number(value, "period (s)", low=0, low_open=True)
 
     def reset(self, seed: int) -> np.ndarray:
         """Start an episode; the same seed gives the same episode. Returns the observation."""
