@@ -220,6 +220,12 @@ class Dataset:
             if meta.is_symlink():
                 raise TwinloopError(f"{self.root} is a broken dataset: meta points to {os.readlink(meta)}, "
                                     "which does not exist")
+            inside = datasets_under(self.root)
+            if inside:  # a run's output folder: name the datasets it holds
+                shown = ", ".join(str(p) for p in inside[:4]) + (", ..." if len(inside) > 4 else "")
+                hint = (f"pass {inside[0]} (the refined controller's episodes in the world) or another of them"
+                        if inside[0] == self.root / "episodes" / "refined" else "pass one of them")
+                raise TwinloopError(f"{self.root} is not a dataset but a folder of {len(inside)}: {shown}; {hint}")
             raise TwinloopError(f"{self.root} is not a dataset (no meta/info.json); "
                                 "make one with Dataset.create(root, info)")
         info = read_json(info_path, "dataset metadata")
@@ -540,6 +546,18 @@ class Dataset:
         return sorted(int(i) for i in perm[n_hold:]), sorted(int(i) for i in perm[:n_hold])
 
 
+def datasets_under(root: str | os.PathLike, depth: int = 3) -> list[Path]:
+    """Dataset folders (with ``meta/info.json``) below ``root``, at most ``depth`` levels down,
+    sorted (``episodes/refined`` of a run's output folder first)."""
+    root = Path(root)
+    found: list[Path] = []
+    if root.is_dir():
+        for level in range(1, depth + 1):
+            found += [p.parent.parent for p in root.glob("/".join(["*"] * level) + "/meta/info.json")]
+    refined = root / "episodes" / "refined"
+    return sorted(set(found), key=lambda p: (p != refined, str(p)))
+
+
 # -- checking -----------------------------------------------------------------------------------
 
 
@@ -605,4 +623,4 @@ def check(root: str | os.PathLike) -> DatasetCheck:
     return out
 
 
-__all__ = ["DATA_PATH", "Dataset", "DatasetCheck", "check"]
+__all__ = ["DATA_PATH", "Dataset", "DatasetCheck", "check", "datasets_under"]
