@@ -35,6 +35,8 @@ def make_reach_task() -> SceneTask:
         residuals=[
             Residual("tip", 1.0, lambda t: (t.sensordata[..., 1:, 0:2] - GOAL) / 0.05),
             Residual("final_tip", 2.0, lambda t: (t.sensordata[..., -1, 0:2] - GOAL) / 0.02, terminal=True),
+            # joint speeds (rad/s): a reach ends at rest, since success must hold for the task's dwell
+            Residual("still", 0.05, lambda t: t.qvel[..., 1:, :]),
         ],
         error=tip_error,
         tolerance=0.01,

@@ -355,6 +355,9 @@ class Task:
         out = {}
         for r in self.residuals():
             v = np.asarray(r.fn(traj))
+            if v.size == 0 or v.ndim == 0:  # would add a constant 0: every plan alike, silently
+                raise TwinloopError(f"task {self.name!r}: residual {r.name!r} returned an array of shape {v.shape}; a "
+                                    f"residual returns ({'..., r' if r.terminal else '..., T, r'}) values with r >= 1")
             sq = (v**2).sum(axis=-1)
             out[r.name] = r.weight * (sq if r.terminal else sq.mean(axis=-1))
         return out
@@ -429,6 +432,7 @@ class SceneTask(Task):
         self.start_noise = float(start_noise)
         self.success_dwell = number(success_dwell, "success_dwell (s)", low=0)
         self.substeps  # noqa: B018 - the period must be a multiple of the timestep: fail now
+        check_keyframe(self.model, self.name)
 
     def residuals(self) -> tuple[Residual, ...]:
         return self._residuals
@@ -455,3 +459,27 @@ class SceneTask(Task):
         if self._success is not None:
             return bool(self._success(q))
         return bool(self.error(q) <= self.tolerance)
+
+
+def check_keyframe(model: mujoco.MjModel, name: str) -> None:
+    """Raise if the scene's first keyframe (a :class:`SceneTask`'s start pose) puts a limited
+    hinge or slide joint outside its range: MuJoCo compiles a joint's ``range`` from degrees
+    unless the scene says ``<compiler angle="radian"/>``, but reads keyframe ``qpos`` in radians
+    always, so a pose written in degrees lands far outside."""
+    if not model.nkey:
+        return
+    for j in range(model.njnt):
+        kind = mujoco.mjtJoint(model.jnt_type[j])
+        if not model.jnt_limited[j] or kind not in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+            continue
+        q = float(model.key_qpos[0, model.jnt_qposadr[j]])
+        lo, hi = (float(x) for x in model.jnt_range[j])
+        if not lo - 1e-6 <= q <= hi + 1e-6:
+            jname = model.joint(j).name or f"#{j}"
+            if kind == mujoco.mjtJoint.mjJNT_HINGE:
+                unit = (f"{q:g} rad ({np.degrees(q):g} deg), outside its range [{lo:g}, {hi:g}] rad "
+                        f"([{np.degrees(lo):g}, {np.degrees(hi):g}] deg). Keyframe qpos is always in radians; "
+                        "a joint range is in degrees unless the scene sets <compiler angle=\"radian\"/>")
+            else:
+                unit = f"{q:g} m, outside its range [{lo:g}, {hi:g}] m"
+            raise TwinloopError(f"task {name!r}: the scene's keyframe puts joint {jname!r} at {unit}")
