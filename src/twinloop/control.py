@@ -198,6 +198,11 @@ class Refiner:
                                 f"period {task.control_period:g} s; the twin would tick at {round(n) * twin.dt:g} s")
         substeps = int(round(n))
         ticks = max(1, int(round(self.config.horizon / task.control_period)))
+        episode = task.max_ticks * task.control_period
+        if self.config.horizon > episode + 1e-9:  # e.g. 500 meant as milliseconds
+            raise TwinloopError(f"horizon {self.config.horizon:g} s is longer than a whole episode of task {task.name!r} "
+                                f"({episode:g} s = {task.max_ticks} ticks of {task.control_period:g} s); the horizon is "
+                                f"in seconds (its default: {task.horizon:g} s)")
         if ticks * substeps * self.config.num_samples > _MAX_STEPS:
             raise TwinloopError(f"horizon {self.config.horizon:g} s x num_samples {self.config.num_samples} is "
                                 f"{ticks * substeps * self.config.num_samples:.3g} physics steps per iteration "

@@ -7,7 +7,14 @@ from contextlib import contextmanager
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from twinloop.errors import TwinloopError
@@ -31,7 +38,7 @@ def one_of(registry, what: str = "") -> str:
 
 def progress_bar() -> Progress:
     return Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False)
 
 
 @contextmanager
@@ -93,5 +100,9 @@ def guard(fn):
             where = f" {exc.filename}" if exc.filename else ""
             console.print(f"[red]error:[/] cannot access{where}: {exc.strerror or exc}", soft_wrap=True)
             raise typer.Exit(2) from exc
+        except KeyboardInterrupt as exc:  # Ctrl-C: datasets keep every committed episode (and a cut one's frames)
+            console.print("[yellow]interrupted:[/] stopped; what was recorded so far is kept and verifiable "
+                          "(twinloop dataset check)", soft_wrap=True)
+            raise typer.Exit(130) from exc
 
     return wrapper

@@ -587,7 +587,13 @@ class DatasetCheck:
 
 
 def check(root: str | os.PathLike) -> DatasetCheck:
-    """Verify the dataset at ``root``: its metadata, every episode file, and leftovers."""
+    """Verify the dataset at ``root``: its metadata, every episode file, and leftovers; a LeRobot
+    v3.0 folder (twinloop's export) against its own metadata
+    (:func:`~twinloop.data.lerobot_check.check_lerobot`)."""
+    from twinloop.data.lerobot_check import check_lerobot, is_lerobot_v3
+
+    if is_lerobot_v3(root):
+        return check_lerobot(root)
     out = DatasetCheck(Path(root))
     try:
         ds = Dataset(root)

@@ -117,6 +117,12 @@ class EpisodeRecorder:
     def __len__(self) -> int:
         return len(self._t)
 
+    @property
+    def plan_size(self) -> int | None:
+        """Values per frame of the recorded plans (``H * nu``), or ``None`` while none are."""
+        rows = self._vec.get(PLAN)
+        return rows[0].size if rows else None
+
     def add(self, timestamp: float, obs, action, *, twin_state=None, world_qpos=None,
             world_qvel=None, cost: float = math.nan, tick=None, plan=None) -> None:
         """Record one control tick.

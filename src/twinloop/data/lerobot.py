@@ -193,8 +193,8 @@ def export_lerobot(source, root: str | os.PathLike, *, overwrite: bool = False,
     root = Path(root)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         if not (overwrite and (root / "meta" / "info.json").is_file()):
-            raise TwinloopError(f"{root} is not an empty folder; pass overwrite=True to replace a LeRobot "
-                                "dataset there")
+            raise TwinloopError(f"{root} is not an empty folder; pass overwrite=True (--overwrite) to replace a "
+                                "LeRobot dataset there")
     if not len(ds):
         raise TwinloopError(f"{ds.root} has no episodes to export")
     info = ds.info

@@ -508,7 +508,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         t_start = time.perf_counter()
         try:
             runs = (executor or SerialExecutor()).run(batches, on_episode)
-        except Exception as exc:
+        except BaseException as exc:  # Ctrl-C too: the frames it recorded are kept
             write_partial(datasets.get(names[min(current[0], len(names) - 1)]), exc)
             raise
         all_eps = dict(zip(names, runs, strict=True))

@@ -110,7 +110,7 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
             if rec is not None:
                 rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
                         world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
-                        cost=tick.cost if tick is not None else float("nan"), tick=tick)
+                        cost=tick.cost if tick is not None else float("nan"), tick=tick, plan=plan_row(tick, rec, k == 1, task.nu))
             obs, info = world.step(action)
             if traj is not None:
                 traj.append(info["qpos"])
@@ -127,14 +127,35 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
             if ((success and stop_on_success) or failure or info.get("terminated") or info.get("truncated")
                     or info.get("tick", k) >= n):
                 break
-    except Exception as exc:
-        exc.episode = result()
+    except BaseException as exc:  # a lost world, Ctrl-C: what was recorded travels with the exception
+        try:
+            exc.episode = result()
+        except Exception:  # noqa: BLE001 - the exception on its way out is the one to report
+            pass
         raise
     finally:
         controller.stop()
     if rec is not None:
         rec.finish(success)
     return result()
+
+
+def plan_row(tick, rec, first: bool, nu: int) -> np.ndarray | None:
+    """The ``(H, nu)`` actions of the plan a tick sent (the ``refine.plan`` column a distilled
+    policy imitates), shaped as the episode's first: a tick without a plan (a fallback of a
+    controller that has none) is recorded as NaN, and an episode whose first tick had none
+    records no plans."""
+    plan = getattr(tick, "plan", None)
+    actions = None if plan is None else np.asarray(plan.actions(), dtype=float)
+    if first:
+        return actions
+    if rec.plan_size is None:
+        return None
+    out = np.full(rec.plan_size, np.nan)
+    if actions is not None:
+        flat = actions.ravel()[: out.size]
+        out[: flat.size] = flat
+    return out.reshape(-1, nu)
 
 
 def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset=None, first_index: int = 0,
@@ -154,7 +175,7 @@ def run_episodes(world, controller: Controller, seeds: Sequence[int], *, dataset
         try:
             r = run_episode(world, controller, number(seed, "seed", low=0, integer=True), episode_index=index,
                             record=record, **kw)
-        except Exception as exc:
+        except BaseException as exc:  # Ctrl-C too: the frames it recorded are kept
             write_partial(dataset, exc)
             raise
         if dataset is not None:

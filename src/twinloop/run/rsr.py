@@ -228,7 +228,7 @@ class RSRLoop:
                              options={"max_ticks": self.cfg.max_ticks, "stop_on_success": False, "record": True})
         try:
             (results,) = self.executor.run([batch], write)
-        except Exception as exc:  # what an interrupted episode recorded in this process is kept
+        except BaseException as exc:  # what an interrupted episode recorded in this process is kept (Ctrl-C too)
             write_partial(ds, exc)
             raise
         return results, ds.episodes()

@@ -18,6 +18,8 @@ from twinloop.twin.base import BatchTwin, Rollouts
 
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
 _CTRL = mujoco.mjtState.mjSTATE_CTRL.value
+#: physics steps per call into the engine: a few tenths of a second, so Ctrl-C is seen soon
+CHUNK_STEPS = 50_000
 
 
 def state_size(model: mujoco.MjModel) -> int:
@@ -103,9 +105,15 @@ class MujocoTwin(BatchTwin):
         u_batch = np.ascontiguousarray(np.broadcast_to(u_ext[None], (P, B, T + 1, self.nu)).reshape(n, T + 1, self.nu))
         st = self._buffer(n, T + 1)
         sd = np.empty((n, T + 1, self.model.nsensordata))  # returned as is: fresh every call
-        # shapes are validated by the callers, so skip the wrapper's per-model Python checks
-        self._pool.rollout(self._batch_models(models, B), self._datas, init, u_batch, control_spec=_CTRL,
-                           skip_checks=True, nstep=T + 1, state=st, sensordata=sd)
+        batch = self._batch_models(models, B)
+        # in chunks of rows (trajectories are independent: the same result), so that Python
+        # sees a Ctrl-C between chunks instead of after one long call into C
+        rows = max(1, int(CHUNK_STEPS // (T + 1)))
+        for a in range(0, n, rows):
+            b = min(n, a + rows)
+            # shapes are validated by the callers, so skip the wrapper's per-model Python checks
+            self._pool.rollout(batch if b - a == n else batch[a:b], self._datas, init[a:b], u_batch[a:b], control_spec=_CTRL,
+                               skip_checks=True, nstep=T + 1, state=st[a:b], sensordata=sd[a:b])
         m = self.model
         # one contiguous copy with the start state prepended; qpos/qvel are views into it
         traj = np.empty((P, B, T + 1, self._nfull))
