@@ -34,10 +34,10 @@ from twinloop.data.dataset import Dataset
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
-from twinloop.policies import PROPOSERS, make_proposer
+from twinloop.policies import check_proposer, make_proposer
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import run_episode, summarize, write_partial
-from twinloop.tasks import TASKS, make_task, task_preferences
+from twinloop.tasks import check_task, make_task, task_preferences
 from twinloop.twin import BACKENDS, make_twin
 from twinloop.viz.plots import plot_comparison
 from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
@@ -195,14 +195,14 @@ class RunConfig:
     monitor_episodes: int = 4
 
     def __post_init__(self):
-        choose("task", self.task, tuple(TASKS))
+        check_task(self.task)
         optimizer, noise = task_preferences(self.task, self.optimizer, self.noise)
         object.__setattr__(self, "optimizer", optimizer)
         object.__setattr__(self, "noise", noise)
         choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
         choose("backend", self.backend, BACKENDS)
         resolve_world(self.world)
-        choose("proposer", self.proposer, tuple(PROPOSERS))
+        check_proposer(self.proposer)
         object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
         object.__setattr__(self, "first_episode", number(self.first_episode, "first_episode", low=0, high=99_999,
                                                          integer=True))

@@ -3,6 +3,11 @@
 The registry maps a name to ``"module:Class"``; a task module is imported only when its task
 is made, so a task with heavy or optional dependencies costs nothing until used. Adding a task
 is its module, its scene XML and one line here (or :func:`register_task` from your own code).
+
+A user's own task needs no edit of twinloop: wherever a task name is taken (``make_task``,
+``--task``), ``path/to/file.py:ArmPush`` and ``my_pkg.tasks:ArmPush`` load it from a file or a
+module, and an installed package can register it under a name with an entry point of group
+``twinloop.tasks`` (:mod:`twinloop.plugins`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ import importlib
 import inspect
 from collections.abc import Callable
 
-from twinloop.errors import TwinloopError, choose
+from twinloop import plugins
+from twinloop.errors import TwinloopError
 from twinloop.tasks.base import Residual, SceneTask, Task, Traj
 
 TASKS: dict[str, str | Callable[..., Task]] = {
@@ -37,13 +43,31 @@ def register_task(name: str, factory: str | Callable[..., Task]) -> None:
 
 
 def task_factory(name: str) -> Callable[..., Task]:
-    """The class (or function) that makes task ``name``."""
-    choose("task", name, tuple(TASKS))
-    f = TASKS[name]
-    if isinstance(f, str):
-        module, attr = f.split(":")
-        f = getattr(importlib.import_module(module), attr)
+    """The class (or function) that makes task ``name``: a registered name, an installed entry
+    point of group ``twinloop.tasks``, ``path/to/file.py:Class`` or ``package.module:Class``."""
+    if not isinstance(name, str):
+        raise TwinloopError(f"task must be a name (str), got {type(name).__name__}")
+    if name in TASKS:
+        f = TASKS[name]
+        if isinstance(f, str):
+            module, attr = f.split(":")
+            f = getattr(importlib.import_module(module), attr)
+        return f
+    f = plugins.entry_point("task", name)
+    if f is None and plugins.is_spec(name):
+        f = plugins.load_object(name, "task")
+    if f is None:
+        raise plugins.unknown("task", name, TASKS)
+    if not callable(f):
+        raise TwinloopError(f"task {name!r} is a {type(f).__name__}, not a Task class or a function returning one")
     return f
+
+
+def check_task(name: str) -> str:
+    """``name`` if it makes a task (see :func:`task_factory`; nothing is built), else a
+    :class:`TwinloopError` that lists the registered tasks and how to name one's own."""
+    task_factory(name)
+    return name
 
 
 def task_preferences(task: str | Task, optimizer: str | None = None,
@@ -70,5 +94,5 @@ def make_task(name: str, **kw) -> Task:
     return task
 
 
-__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "make_task", "register_task", "task_factory",
+__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "check_task", "make_task", "register_task", "task_factory",
            "task_preferences"]
