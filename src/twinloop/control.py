@@ -358,6 +358,10 @@ class Refiner:
                 raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
             if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
                 raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
+            if p is not None:  # named here: deeper down a NaN knot is only "ctrl contains NaN"
+                as_array(p.knots, f"{name} plan knots")
+                if p.detail is not None:
+                    as_array(p.detail, f"{name} plan detail")
             if p is not None and p.detail is not None and p.detail.shape != (self.spec.horizon_ticks, self.spec.nu):
                 raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
                                     f"{(self.spec.horizon_ticks, self.spec.nu)}")

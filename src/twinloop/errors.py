@@ -23,12 +23,15 @@ class RefinementFailed(RuntimeError):
 
 def as_array(x, name: str, shape: Sequence[int | None] | None = None, finite: bool = True) -> np.ndarray:
     """Return ``x`` as a float64 array, checking its shape (``None`` = any size) and finiteness."""
-    if np.iscomplexobj(x):  # a cast would drop the imaginary part without a word
-        raise TwinloopError(f"{name} must be real, got complex values")
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        complex_ = np.iscomplexobj(x)  # reads a ragged list too: its error must name the argument
+        arr = None if complex_ else np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
+        if "inhomogeneous" in str(exc) or "sequence" in str(exc):
+            raise TwinloopError(f"{name} must be a rectangular array, got rows of different lengths") from exc
         raise TwinloopError(f"{name} must be numeric, got {type(x).__name__}") from exc
+    if complex_:  # a cast would drop the imaginary part without a word
+        raise TwinloopError(f"{name} must be real, got complex values")
     if shape is not None:
         if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
             want = "(" + ", ".join("?" if s is None else str(s) for s in shape) + ")"

@@ -217,7 +217,7 @@ class ParamSpace:
     def check(self, values, name: str = "params") -> np.ndarray:
         """Validate a value vector ``(n,)`` or batch ``(P, n)``: shape, finiteness and bounds."""
         v = as_array(values, name)
-        if v.shape[-1] != len(self) or v.ndim not in (1, 2):
+        if v.ndim not in (1, 2) or v.shape[-1] != len(self):
             raise TwinloopError(f"{name} must have shape ({len(self)},) or (P, {len(self)}) for {self.names}, got {v.shape}")
         lo, hi = self.low, self.high
         bad = (v < lo) | (v > hi)
@@ -266,6 +266,8 @@ class ParamSpace:
     def resolve(self, model: mujoco.MjModel) -> list[list[Target]]:
         """Per parameter, its resolved targets in ``model``; no model cell is written by two
         parameters (or twice by one)."""
+        if not isinstance(model, mujoco.MjModel):
+            raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
         out, seen = [], {}
         for p in self.params:
             targets = []

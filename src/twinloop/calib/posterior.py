@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -164,6 +165,10 @@ class Posterior:
         ``space``, checked to fit that space's parameters, in its order and within its bounds.
         A missing, unreadable or malformed file, or one that fits other parameters, is a
         :class:`TwinloopError` that names it."""
+        if Path(path).is_dir():  # a calibration's output folder: the file is inside it
+            inside = Path(path) / "posterior.json"
+            raise TwinloopError(f"posterior {str(path)!r} is a folder; pass the posterior.json inside it"
+                                + (f": {inside}" if inside.is_file() else " (none there: was it a calibration's output?)"))
         try:
             post = cls.from_dict(read_json(path, "posterior"))
         except (KeyError, TypeError, ValueError) as exc:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from twinloop.data.episodes import check_recorded_on
 from twinloop.errors import TwinloopError, as_array
 from twinloop.modifiers import delay_controls
 from twinloop.tasks.base import Task
@@ -99,6 +100,7 @@ def as_trajectories(task: Task, episodes: Sequence) -> list[Trajectory]:
     """
     if len(episodes) == 0:
         raise TwinloopError("no episodes given: calibration needs at least one recorded episode")
+    check_recorded_on(task, episodes)
     out: list[Trajectory] = []
     off_period: list[float] = []  # time steps that did not match the control period
     for i, ep in enumerate(episodes):

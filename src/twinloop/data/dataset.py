@@ -220,6 +220,12 @@ class Dataset:
             if meta.is_symlink():
                 raise TwinloopError(f"{self.root} is a broken dataset: meta points to {os.readlink(meta)}, "
                                     "which does not exist")
+            inside = datasets_under(self.root)
+            if inside:  # a run's output folder: name the datasets it holds
+                shown = ", ".join(str(p) for p in inside[:4]) + (", ..." if len(inside) > 4 else "")
+                hint = (f"pass {inside[0]} (the refined controller's episodes in the world) or another of them"
+                        if inside[0] == self.root / "episodes" / "refined" else "pass one of them")
+                raise TwinloopError(f"{self.root} is not a dataset but a folder of {len(inside)}: {shown}; {hint}")
             raise TwinloopError(f"{self.root} is not a dataset (no meta/info.json); "
                                 "make one with Dataset.create(root, info)")
         info = read_json(info_path, "dataset metadata")
@@ -407,6 +413,13 @@ class Dataset:
 
         The episode's columns must match the dataset's (set by its first episode).
         """
+        if isinstance(episode, EpisodeRecorder):
+            block = self._info.get("twinloop") or {}
+            for key in ("task", "scene"):  # a recorder of another task's episodes is refused here
+                have, want = getattr(episode, key, None), block.get(key)
+                if have and want and have != want:
+                    raise TwinloopError(f"episode {episode.episode_index} was recorded on {key} {have!r}, but "
+                                        f"{self.root} holds {key} {want!r}; write it to a dataset of its own")
         table = episode.to_table() if isinstance(episode, EpisodeRecorder) else episode
         if not isinstance(table, pa.Table):
             raise TwinloopError(f"write takes an EpisodeRecorder or a pyarrow.Table, got {type(episode).__name__}")
@@ -505,8 +518,11 @@ class Dataset:
         """The episode with this index, verified against its checksum and row count unless
         ``verify`` is False (the row count and episode index are always checked)."""
         table = self.table(episode_index, verify)
-        return _episode_from_table(table, TWINLOOP_COLUMNS, str(self.path(int(episode_index))),
-                                   episode_index=int(episode_index), refine=True)
+        ep = _episode_from_table(table, TWINLOOP_COLUMNS, str(self.path(int(episode_index))),
+                                 episode_index=int(episode_index), refine=True)
+        block = self._info.get("twinloop") or {}
+        ep.task, ep.scene = (v if isinstance(v, str) and v else None for v in (block.get("task"), block.get("scene")))
+        return ep
 
     def episodes(self) -> list[Episode]:
         """All episodes, by ascending index."""
@@ -528,6 +544,18 @@ class Dataset:
             raise TwinloopError(f"holdout_fraction {holdout_fraction} leaves no training episodes of {idx.size}")
         perm = np.random.default_rng(seed).permutation(idx)
         return sorted(int(i) for i in perm[n_hold:]), sorted(int(i) for i in perm[:n_hold])
+
+
+def datasets_under(root: str | os.PathLike, depth: int = 3) -> list[Path]:
+    """Dataset folders (with ``meta/info.json``) below ``root``, at most ``depth`` levels down,
+    sorted (``episodes/refined`` of a run's output folder first)."""
+    root = Path(root)
+    found: list[Path] = []
+    if root.is_dir():
+        for level in range(1, depth + 1):
+            found += [p.parent.parent for p in root.glob("/".join(["*"] * level) + "/meta/info.json")]
+    refined = root / "episodes" / "refined"
+    return sorted(set(found), key=lambda p: (p != refined, str(p)))
 
 
 # -- checking -----------------------------------------------------------------------------------
@@ -595,4 +623,4 @@ def check(root: str | os.PathLike) -> DatasetCheck:
     return out
 
 
-__all__ = ["DATA_PATH", "Dataset", "DatasetCheck", "check"]
+__all__ = ["DATA_PATH", "Dataset", "DatasetCheck", "check", "datasets_under"]

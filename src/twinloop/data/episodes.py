@@ -101,6 +101,8 @@ class EpisodeRecorder:
         self._refine: dict[str, list] = {k: [] for k in REFINE_FIELDS}
         self._optimizer_info: list[str] = []
         self._success: bool | None = None
+        self.task: str | None = None  # the task and scene recorded on (see for_task), if known
+        self.scene: str | None = None
 
     @classmethod
     def for_task(cls, task, episode_index: int, task_index: int = 0) -> EpisodeRecorder:
@@ -108,7 +110,9 @@ class EpisodeRecorder:
         model = getattr(task, "model", None)
         if not hasattr(model, "nq"):
             raise TwinloopError(f"for_task takes a Task (with a model), got {type(task).__name__}")
-        return cls(episode_index, task_index, nq=model.nq, nv=model.nv)
+        rec = cls(episode_index, task_index, nq=model.nq, nv=model.nv)
+        rec.task, rec.scene = recorded_on(task).values()
+        return rec
 
     def __len__(self) -> int:
         return len(self._t)
@@ -272,6 +276,10 @@ class Episode:
             T dicts; empty for foreign data).
         task_index: index of the task.
         plans: ``(T, H, nu)`` refined plans (``refine.plan``), or ``None``.
+        task: the name of the task it was recorded on, or ``None`` when its source does not
+            say (foreign data, datasets written before episodes carried it).
+        scene: the fingerprint of that task's scene
+            (:func:`~twinloop.twin.base.scene_fingerprint`), or ``None`` likewise.
     """
 
     episode_index: int
@@ -287,9 +295,35 @@ class Episode:
     refine: dict[str, np.ndarray | list[dict]] = field(default_factory=dict)
     task_index: int = 0
     plans: np.ndarray | None = None
+    task: str | None = None
+    scene: str | None = None
 
     def __len__(self) -> int:
         return len(self.timestamps)
+
+
+def recorded_on(task) -> dict:
+    """What a dataset's ``info`` says about the task its episodes are recorded on: ``task``
+    (its name) and ``scene`` (its scene's fingerprint), which every consumer compares."""
+    from twinloop.twin.base import scene_fingerprint
+
+    return {"task": task.name, "scene": scene_fingerprint(task.model)}
+
+
+def check_recorded_on(task, episodes, what: str = "episodes") -> None:
+    """Raise unless every episode that names its task and scene names ``task``'s (episodes that
+    name none, e.g. foreign data or older datasets, pass: nothing to compare)."""
+    want = recorded_on(task)
+    for i, ep in enumerate(episodes):
+        name, scene = getattr(ep, "task", None), getattr(ep, "scene", None)
+        index = getattr(ep, "episode_index", getattr(ep, "index", i))
+        if isinstance(name, str) and name and name != want["task"]:
+            raise TwinloopError(f"{what}: episode {index} was recorded on task {name!r}, not {want['task']!r}; "
+                                f"use episodes of task {want['task']!r} or the task {name!r}")
+        if isinstance(scene, str) and scene and scene != want["scene"]:
+            raise TwinloopError(f"{what}: episode {index} was recorded on another scene of task {want['task']!r} "
+                                f"(scene {scene} vs {want['scene']}: different bodies, joints or options such as "
+                                "contact pairs); use the task options it was recorded with")
 
 
 def _matrix(table: pa.Table, col: str, where: str) -> np.ndarray:

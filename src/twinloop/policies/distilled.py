@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial import cKDTree
 
+from twinloop.data.episodes import check_recorded_on
 from twinloop.errors import TwinloopError, as_array, choose, number
 from twinloop.io import load_checkpoint, save_checkpoint
 from twinloop.tasks.base import Task
@@ -365,6 +366,7 @@ def training_arrays(task: Task, demos: Sequence, cfg: PolicyConfig, horizon: int
     and the number of duplicates."""
     xs, ys = [], []
     n_obs = len(task.obs_names)
+    check_recorded_on(task, demos, "demonstrations")
     for i, d in enumerate(demos):
         obs = as_array(getattr(d, "obs", None), f"demo {i} obs", (None, n_obs))
         act = as_array(getattr(d, "actions", None), f"demo {i} actions", (len(obs), task.nu))

@@ -31,6 +31,7 @@ from twinloop.control import (
     check_timestep,
 )
 from twinloop.data.dataset import Dataset
+from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, write_json
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
@@ -592,7 +593,7 @@ def _dataset(root: Path, cfg: RunConfig, task, world, name: str):
     info = {
         "fps": 1.0 / world.period,
         "twinloop": {
-            "task": task.name,
+            **recorded_on(task),
             "controller": name,
             "world": world.describe(),
             "seed": cfg.seed,

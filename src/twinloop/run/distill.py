@@ -48,6 +48,7 @@ import numpy as np
 from twinloop.calib.fit import CalibConfig
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.data import Dataset, EpisodeRecorder
+from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
@@ -308,7 +309,7 @@ class DistillRun:
         self.twin = refiner_twin(self.task, "mujoco", cfg.twin_timestep, cfg.refiner.horizon, cfg.seed)
         self.scripted = self.task.default_proposer()
         self.estimate: TwinEstimate | None = None
-        self.info = {"fps": 1.0 / self.task.control_period, "task": self.task.name,
+        self.info = {"fps": 1.0 / self.task.control_period, **recorded_on(self.task),
                      "obs_names": list(self.task.obs_names), "param_names": self.task.param_space().names,
                      "seed": cfg.seed}
 

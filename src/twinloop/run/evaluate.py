@@ -46,6 +46,7 @@ from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.noise import estimate_obs_noise
 from twinloop.calib.windows import record_trajectory
 from twinloop.data import Dataset
+from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.run.engines import engine_report
@@ -250,6 +251,8 @@ def recorded_world(cfg: EvaluateConfig, task, world) -> dict[str, dict]:
     except (KeyError, TypeError) as exc:
         raise TwinloopError(f"world_from {path!r} is not an evaluation summary.json (missing {exc})") from exc
     ours = {"task": task.name, "world": json.loads(json.dumps(world.describe())), "max_ticks": cfg.max_ticks}
+    if s.get("scene") is not None:  # summaries written before episodes carried a scene have none
+        theirs["scene"], ours["scene"] = s["scene"], recorded_on(task)["scene"]
     for key, value in ours.items():
         if theirs[key] != value:
             raise TwinloopError(f"world_from {path!r}: its {key} is {theirs[key]!r}, this run's is {value!r}: "
@@ -334,7 +337,7 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     if cfg.record and reused is None:
         for i, label in enumerate(labels):
             datasets[i] = Dataset.create(out / "episodes" / "world" / _folder(label), {"fps": 1.0 / task.control_period, "twinloop": {
-                "task": task.name, "controller": label, "world": world.describe(), "seed": cfg.seed,
+                **recorded_on(task), "controller": label, "world": world.describe(), "seed": cfg.seed,
                 "obs_names": list(task.obs_names), "param_names": task.param_space().names}})
     batches = [EpisodeBatch(partial(policy_in_world, cfg.task, sides[side], specs[i]), seeds,
                             options={"max_ticks": cfg.max_ticks, "record": cfg.record and side == "world"})
@@ -384,7 +387,7 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     if est is not None:
         evaluation["calibration"] = calibration_record(task, world, est)
     summary = {
-        "task": task.name,
+        **recorded_on(task),
         "world": world.describe(),
         "seed": cfg.seed,
         "episodes": n,

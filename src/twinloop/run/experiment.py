@@ -23,9 +23,11 @@ class EpisodeResult:
 
     Attributes:
         seed: the episode seed (world reset and controller sampling).
-        success: task success at the end (or when first reached: episodes stop on success);
-            the world's own ``info["success"]`` when it reports one. Episodes also stop at a
-            task failure and when the world reports ``terminated``.
+        success: task success held for the task's dwell (``Task.success_dwell``: the test
+            met on that many consecutive ticks; episodes stop once it has held, or at the end
+            with the test met over the last dwell ticks); the world's own ``info["success"]``
+            replaces the task's test when it reports one. Episodes also stop at a task failure
+            and when the world reports ``terminated`` (its success at that tick counts).
         final_error: ``task.error`` of the true final state.
         ticks: control ticks taken.
         control_hz: ticks per second of controller compute (``act`` time only).
@@ -57,7 +59,7 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
                 stop_on_success: bool = True) -> EpisodeResult:
     """Run one seeded episode of ``controller`` in ``world``.
 
-    The episode ends at success (if ``stop_on_success``), a task failure, the world's
+    The episode ends at success held for the task's dwell (if ``stop_on_success``), a task failure, the world's
     ``terminated`` or ``truncated``, or after ``max_ticks`` world ticks (``info["tick"]`` when
     the world counts them: a real-time world keeps ticking while the controller thinks).
 
@@ -82,7 +84,8 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     ghost_list = [] if ghosts is not None else None
     compute = 0.0
     success, failure = False, ""
-    k = 0
+    k = held = 0  # held: consecutive ticks that met the task's success test
+    dwell = task.dwell_ticks()
 
     def result() -> EpisodeResult:
         final_q = info.get("qpos")
@@ -115,8 +118,12 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
             q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
             # a world's own verdict, when it gives one, is the judge; otherwise the task's test
             failure = info.get("failure") or ""  # the world's own: no state after it counts
-            success = not failure and (bool(info["success"]) if "success" in info else bool(task.success(q)))
-            failure = failure or ("" if success else task.failure(q))
+            met = not failure and (bool(info["success"]) if "success" in info else bool(task.success(q)))
+            failure = failure or ("" if met else task.failure(q))
+            held = held + 1 if met else 0
+            # success must hold for the task's dwell (an object sliding through its goal has not
+            # reached it); a world that ends the episode itself gives its verdict there
+            success = held >= dwell or (met and bool(info.get("terminated")))
             if ((success and stop_on_success) or failure or info.get("terminated") or info.get("truncated")
                     or info.get("tick", k) >= n):
                 break

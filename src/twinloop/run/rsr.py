@@ -35,6 +35,7 @@ from twinloop.calib.gap import GapConfig, gap
 from twinloop.calib.infogap import infogap_cost, observed_qpos
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.data.dataset import Dataset
+from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
@@ -204,7 +205,7 @@ class RSRLoop:
     # -- pieces ---------------------------------------------------------------------------------
 
     def _dataset(self, name: str):
-        info = {"fps": 1.0 / self.task.control_period, "task": self.task.name, "controller": name,
+        info = {"fps": 1.0 / self.task.control_period, **recorded_on(self.task), "controller": name,
                 "seed": self.cfg.seed, "obs_names": list(self.task.obs_names), "param_names": self.space.names}
         # a round killed half-way is redone from scratch (its seeds give the same episodes)
         return Dataset.create(self.out / "episodes" / name, info, mode="overwrite")

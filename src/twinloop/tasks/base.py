@@ -11,6 +11,7 @@ Cost of a rollout (MuJoCo MPC style, readable at a glance)::
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,7 +20,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import ParamSpace
 from twinloop.twin.base import Rollouts
 
@@ -87,6 +88,9 @@ class Task:
             simulated world (:class:`~twinloop.worlds.SimWorld`) whose body exceeds it ends the
             episode as a failure (``simulation unstable: body ... reached ...``): a blow-up
             that stayed finite, which MuJoCo's own instability check does not see.
+        success_dwell: how long (s) :meth:`success` must hold, tick after tick, before an
+            episode counts it (:meth:`dwell_ticks`): an object that slides through its goal
+            has not reached it. ``0``: the first tick that meets the test counts.
     """
 
     name: str = "task"
@@ -102,6 +106,7 @@ class Task:
     euler_step: float | None = None
     binary_actions: tuple[int, ...] = ()
     max_body_speed: float | None = None
+    success_dwell: float = 0.5
 
     # -- scene -------------------------------------------------------------------------------
 
@@ -136,6 +141,12 @@ class Task:
         if abs(n - round(n)) > 1e-6:
             raise TwinloopError(f"{self.name}: control period {self.control_period} is not a multiple of timestep {self.model.opt.timestep}")
         return int(round(n))
+
+    def dwell_ticks(self) -> int:
+        """Consecutive control ticks :meth:`success` must hold for an episode to succeed:
+        ``success_dwell`` in ticks, rounded up, at least 1."""
+        dwell = number(self.success_dwell, f"task {self.name!r}: success_dwell (s)", low=0)
+        return max(1, math.ceil(dwell / self.control_period - 1e-9))
 
     @property
     def nu(self) -> int:
@@ -208,6 +219,11 @@ class Task:
 
     def check_obs(self, obs) -> np.ndarray:
         return as_array(obs, f"{self.name} observation", (len(self.obs_names),))
+
+    def check_qpos(self, qpos) -> np.ndarray:
+        """``qpos`` as a finite ``(nq,)`` float array, or a clear error (what a success test
+        reads first)."""
+        return as_array(qpos, f"{self.name} qpos", (self.model.nq,))
 
     def obs_from_env(self, raw_obs, info: dict) -> np.ndarray:
         """A gymnasium env's observation (and its step ``info``, where some envs put velocities)
@@ -384,14 +400,16 @@ class SceneTask(Task):
         error: ``f((..., nq) qpos) -> (...)`` distance to the goal.
         tolerance: success threshold on ``error``.
         success: optional ``f((nq,) qpos) -> bool`` replacing the threshold test.
-        name, control_period, horizon, max_ticks, cost_stride: as the class attributes.
+        name, control_period, horizon, max_ticks, cost_stride, success_dwell: as the class
+            attributes.
         start_noise: half-width of the uniform noise added to the start ``qpos``.
     """
 
     def __init__(self, xml, residuals: Sequence[Residual], error: Callable[[np.ndarray], np.ndarray],
                  tolerance: float = 0.0, success: Callable[[np.ndarray], bool] | None = None, *,
                  name: str = "scene", control_period: float = 0.05, horizon: float = 1.0,
-                 max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0):
+                 max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0,
+                 success_dwell: float = Task.success_dwell):
         self.xml = str(Path(xml).resolve())
         self.name = str(name)
         self._residuals = tuple(residuals)
@@ -409,6 +427,7 @@ class SceneTask(Task):
         self.control_period, self.horizon = float(control_period), float(horizon)
         self.max_ticks, self.cost_stride = int(max_ticks), int(cost_stride)
         self.start_noise = float(start_noise)
+        self.success_dwell = number(success_dwell, "success_dwell (s)", low=0)
         self.substeps  # noqa: B018 - the period must be a multiple of the timestep: fail now
 
     def residuals(self) -> tuple[Residual, ...]:

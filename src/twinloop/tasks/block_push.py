@@ -150,7 +150,7 @@ class BlockPush(Task):
         return e_pos + self.half * e_yaw
 
     def success(self, qpos: np.ndarray) -> bool:
-        q = np.asarray(qpos)
+        q = self.check_qpos(qpos)
         e_pos = np.linalg.norm(q[2:4] - self.goal[:2])
         e_yaw = abs(float(_yaw_residual(q[5], self.goal[2], 4)))
         return bool(e_pos < self.pos_tol and e_yaw < self.yaw_tol)

@@ -132,6 +132,7 @@ class PegInsert(ArmTask):
         return np.linalg.norm(self.peg_bottom(qpos) - goal, axis=-1)
 
     def success(self, qpos: np.ndarray) -> bool:
+        qpos = self.check_qpos(qpos)
         b = self.peg_bottom(qpos)
         return bool(b[2] <= self.hole_top - self.depth and self.offset(qpos) < 0.006)
 

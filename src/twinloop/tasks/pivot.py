@@ -154,7 +154,7 @@ class Pivot(ArmTask):
 
     def success(self, qpos: np.ndarray) -> bool:
         """Upright, and standing on the table (not flung up the wall)."""
-        q = np.asarray(qpos)
+        q = self.check_qpos(qpos)
         return bool(self.error(q) < self.upright_tol and q[BOX][2] < self.half[0] + 0.005)
 
     def failure(self, qpos: np.ndarray) -> str:

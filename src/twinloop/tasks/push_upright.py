@@ -180,7 +180,7 @@ class PushUpright(ArmTask):
         return quat_tilt(np.asarray(qpos)[..., QUAT])
 
     def success(self, qpos: np.ndarray) -> bool:
-        q = np.asarray(qpos)
+        q = self.check_qpos(qpos)
         return bool(np.linalg.norm(q[BOX][:2] - self.goal[:2]) < self.pos_tol and abs(self.yaw_error(q)) < self.yaw_tol
                     and self.tilt(q) < self.upright_tol)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -85,6 +86,22 @@ def model_signature(model: mujoco.MjModel) -> tuple:
     """What two models must share to be stepped with the same ``MjData`` and read alike: every
     size field and the timestep."""
     return (*(getattr(model, a) for a in MODEL_SIZES), float(model.opt.timestep))
+
+
+#: the sizes a scene fingerprint hashes: what lays out a task's arrays, stable across MuJoCo
+#: versions (unlike buffer sizes such as narena)
+SCENE_SIZES = ("nq", "nv", "nu", "na", "nbody", "njnt", "ngeom", "nsite", "nsensor", "nsensordata",
+               "ntendon", "neq", "npair", "nexclude", "nmocap", "nkey")
+
+
+def scene_fingerprint(model: mujoco.MjModel) -> str:
+    """A short hash of a compiled scene's sizes and names (16 hex digits): equal for two models
+    of the same scene whatever their physical parameters, different for another scene. Episodes
+    carry it, so a consumer can refuse episodes recorded on another scene."""
+    if not isinstance(model, mujoco.MjModel):
+        raise TwinloopError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+    sizes = ",".join(f"{a}={getattr(model, a)}" for a in SCENE_SIZES)
+    return hashlib.sha256(sizes.encode() + b"|" + bytes(model.names)).hexdigest()[:16]
 
 
 def scene_mismatch(model: mujoco.MjModel, nominal: mujoco.MjModel, timestep: bool = True) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.tasks.base import Task
+from twinloop.twin.base import scene_mismatch
 
 
 class World:
@@ -39,7 +40,15 @@ class World:
 
     name = "world"
     task: Task
-    period: float
+
+    @property
+    def period(self) -> float:
+        """World time (s) one ``step`` advances; default: the task's control period."""
+        return self.__dict__.get("_period", None) or self.task.control_period
+
+    @period.setter
+    def period(self, value: float) -> None:
+        self.__dict__["_period"] = number(value, "period (s)", low=0, low_open=True)
 
     def reset(self, seed: int) -> np.ndarray:
         """Start an episode; the same seed gives the same episode. Returns the observation."""
@@ -78,8 +87,8 @@ class SimWorld(World):
     name = "nominal"
 
     def __init__(self, task: Task, model: mujoco.MjModel | None = None, period: float | None = None):
-        self.task = task
-        self.model = model if model is not None else task.model
+        self.task = check_task(task, type(self).__name__)
+        self.model = check_scene(model, task) if model is not None else task.model
         self.data = mujoco.MjData(self.model)
         self.period = float(task.control_period if period is None else period)
         n = self.period / self.model.opt.timestep
@@ -171,6 +180,25 @@ class SimWorld(World):
 
     def _actuate(self, action: np.ndarray) -> np.ndarray:
         return action
+
+
+def check_task(task, world: str) -> Task:
+    """``task`` if it is a :class:`Task`, else a clear error naming the world."""
+    if not isinstance(task, Task):
+        raise TwinloopError(f"{world} needs a task (twinloop.tasks.make_task(name)), got {type(task).__name__}")
+    return task
+
+
+def check_scene(model, task: Task) -> mujoco.MjModel:
+    """``model`` if it is a model of ``task``'s scene (every size compared, as a twin checks
+    its models; its timestep and physical parameters may differ), else a clear error: a world
+    stepping another scene would report observations read by the wrong layout."""
+    if not isinstance(model, mujoco.MjModel):
+        raise TwinloopError(f"the world's model must be a mujoco.MjModel, got {type(model).__name__}")
+    diff = scene_mismatch(model, task.model, timestep=False)
+    if diff:
+        raise TwinloopError(f"the world's model is not a model of the scene of task {task.name!r}: {diff} (model vs task)")
+    return model
 
 
 def speed_bound(task: Task, model: mujoco.MjModel, watched: np.ndarray) -> float | None:

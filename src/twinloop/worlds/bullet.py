@@ -155,7 +155,7 @@ class BulletWorld(World):
 
     def info(self) -> dict:
         qpos, qvel = self._qpos_qvel()
-        return {"time": self.t * self.task.control_period, "qpos": qpos, "qvel": qvel}
+        return {"time": self.t * self.task.control_period, "tick": self.t, "qpos": qpos, "qvel": qvel}
 
     def _observe(self) -> np.ndarray:
         d = self._data

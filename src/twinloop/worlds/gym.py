@@ -38,7 +38,7 @@ from collections.abc import Callable
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.worlds.base import World
 
 #: keys under which envs report their own success verdict
@@ -154,8 +154,9 @@ class GymWorld(World):
 
     def reset(self, seed: int) -> np.ndarray:
         """Reset the env with ``seed`` (the same seed gives the same observation)."""
-        raw, env_info = self.env.reset(seed=int(seed))
-        self.env.action_space.seed(int(seed))
+        seed = number(seed, "seed", low=0, integer=True)
+        raw, env_info = self.env.reset(seed=seed)
+        self.env.action_space.seed(seed)
         self.t = 0
         self._started = True
         self._info = {"time": 0.0, "tick": 0, "raw_obs": raw, "env": env_info}

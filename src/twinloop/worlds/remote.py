@@ -73,7 +73,10 @@ OPS = ("hello", "ping", "reset", "step", "send", "observe", "info", "stats")
 
 
 class WorldLost(TwinloopError):
-    """The remote world did not answer in time (dead or stalled); nothing more was sent."""
+    """The remote world did not answer in time (dead or stalled); nothing more was sent.
+    ``reason``: why, in a few words."""
+
+    reason: str = "no answer"
 
 
 class ProtocolError(TwinloopError):
@@ -316,6 +319,23 @@ def _version() -> str:
 # -- client -------------------------------------------------------------------------------------
 
 
+def remote_address(address) -> str:
+    """``tcp://HOST:PORT`` from ``HOST:PORT`` or ``tcp://HOST:PORT``, or a clear error (a
+    missing or bad port is named here, not by ZeroMQ)."""
+    if not isinstance(address, str) or not address.strip():
+        raise TwinloopError(f"a remote world needs an address HOST:PORT, got {address!r}")
+    scheme, sep, rest = address.strip().rpartition("://")
+    if sep and scheme != "tcp":
+        raise TwinloopError(f"remote world address {address!r}: only tcp:// is served (twinloop serve-world)")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host:
+        raise TwinloopError(f"remote world address {address!r} has no port: give HOST:PORT, e.g. remote:{rest or 'localhost'}:5555 "
+                            "(the port twinloop serve-world prints)")
+    if not (port.isdigit() and 0 < int(port) < 65536):
+        raise TwinloopError(f"remote world address {address!r}: port must be an integer 1..65535, got {port!r}")
+    return f"tcp://{host}:{int(port)}"
+
+
 class RemoteWorld(World):
     """Client of a served world (``twinloop serve-world``); a :class:`World` like any other.
 
@@ -335,7 +355,7 @@ class RemoteWorld(World):
     def __init__(self, address: str, task=None, token: str | None = None, timeout: float = 5.0):
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise TwinloopError(f"timeout must be > 0 s, got {timeout!r}")
-        self.address = address if "://" in address else f"tcp://{address}"
+        self.address = remote_address(address)
         self.token, self.timeout = token, float(timeout)
         self._ctx = zmq.Context.instance()
         self._sock = None
@@ -358,9 +378,18 @@ class RemoteWorld(World):
     def _connect(self) -> dict:
         self._sock = self._ctx.socket(zmq.REQ)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.connect(self.address)
+        try:
+            self._sock.connect(self.address)
+        except zmq.ZMQError as exc:
+            self._close_socket()
+            raise TwinloopError(f"cannot connect to a world at {self.address}: {exc}; give remote:HOST:PORT") from None
         self.lost = ""
-        result, _ = self._request("hello")
+        try:
+            result, _ = self._request("hello")
+        except WorldLost as exc:
+            raise WorldLost(f"no world server answers at {self.address} (waited {self.timeout:g} s): start one there "
+                            f"with `twinloop serve-world --task TASK --port {self.address.rsplit(':', 1)[-1]}`, or "
+                            f"check the host and port ({exc.reason})") from None
         return result
 
     def reconnect(self) -> dict:
@@ -390,8 +419,11 @@ class RemoteWorld(World):
         if not ready:
             self._close_socket()  # a REQ socket without its reply is stuck: drop it
             self.lost = reason
-            raise WorldLost(f"the world at {self.address} is lost: {reason} (after {time.monotonic() - t0:.2f} s). "
-                            "No further actions are sent; call reconnect() once it is back.")
+            exc = WorldLost(f"the world at {self.address} is lost: {reason} (after {time.monotonic() - t0:.2f} s). "
+                            "No further actions are sent: restart its server (twinloop serve-world) and run again "
+                            "(from Python: RemoteWorld.reconnect() once it is back)")
+            exc.reason = reason
+            raise exc
         reply, out = decode(self._sock.recv_multipart())
         if reply.get("seq") != self._seq:
             raise ProtocolError(f"reply to request {reply.get('seq')} arrived for request {self._seq}")

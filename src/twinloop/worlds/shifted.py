@@ -39,6 +39,7 @@ import numpy as np
 from twinloop.errors import TwinloopError, number
 from twinloop.tasks.base import Task
 from twinloop.twin.engine import Engine
+from twinloop.worlds.base import check_task
 from twinloop.worlds.twin import TwinWorld
 
 LOG_SHIFT = (0.0, 0.2, 0.45, 0.8)
@@ -113,6 +114,7 @@ class ShiftedWorld(TwinWorld):
     name = "shifted"
 
     def __init__(self, task: Task, severity: int = 2, seed: int = 0, period: float | None = None):
+        check_task(task, type(self).__name__)
         if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:
             raise TwinloopError(f"severity must be an integer 0..3, got {severity!r}")
         self.severity, self.seed = int(severity), number(seed, "world seed", low=0, integer=True)

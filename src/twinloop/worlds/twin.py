@@ -16,11 +16,11 @@ from collections import deque
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
 from twinloop.twin.engine import Engine
-from twinloop.worlds.base import SimWorld, World
+from twinloop.worlds.base import SimWorld, World, check_task
 
 
 class TwinWorld(SimWorld):
@@ -51,6 +51,7 @@ class TwinWorld(SimWorld):
 
     def __init__(self, task: Task, params=None, *, space: ParamSpace | None = None, delay_steps: int = 0,
                  obs_noise=None, engine: Engine | None = None, period: float | None = None):
+        check_task(task, type(self).__name__)
         self.param_space = space if space is not None else task.param_space()
         self.params = self.param_space.nominal if params is None else self.param_space.check(
             as_array(params, "params", (len(self.param_space),)), "params")
@@ -127,7 +128,8 @@ class ModelWorld(World):
     name = "model"
 
     def __init__(self, task: Task, twin):
-        if twin.nu != task.nu:
+        check_task(task, type(self).__name__)
+        if getattr(twin, "nu", None) != task.nu:
             raise TwinloopError(f"twin has {twin.nu} actuators but task {task.name!r} has {task.nu}")
         self.task, self.twin = task, twin
         self.substeps = int(round(task.control_period / twin.dt))
@@ -136,6 +138,7 @@ class ModelWorld(World):
         self.t = 0
 
     def reset(self, seed: int) -> np.ndarray:
+        seed = number(seed, "seed", low=0, integer=True)
         self.state = self.task.initial_state(np.random.default_rng([seed, 0]))
         self.t = 0
         return self._observe()
