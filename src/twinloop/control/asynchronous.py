@@ -10,6 +10,7 @@ import numpy as np
 
 from twinloop import threads
 from twinloop.control.controller import Controller, TickInfo
+from twinloop.control.parts import is_hook
 from twinloop.control.refiner import Refiner
 from twinloop.errors import TwinloopError
 
@@ -84,14 +85,16 @@ class AsyncController(Controller):
         refiner: the refiner (its twin predicts the state ahead).
         proposer: the base proposer (asked with the predicted state).
         config: :class:`AsyncConfig`.
+        sources: candidate sources (see :class:`Controller`); no tick hooks (the state is the
+            task's stateless estimate, the plans are made between ticks).
     """
 
-    def __init__(self, refiner: Refiner, proposer=None, config: AsyncConfig | None = None,
-                 proposal_samples: int = 0, repair=None):
-        super().__init__(refiner, proposer, refine=True, proposal_samples=proposal_samples, repair=repair)
-        if self.commit is not None:
-            raise TwinloopError(f"a repair's commit margin ({self.commit}) carries a repair on tick by tick; the "
-                                "asynchronous controller plans between ticks: use the synchronous Controller")
+    def __init__(self, refiner: Refiner, proposer=None, config: AsyncConfig | None = None, sources=()):
+        hooks = [type(s).__name__ for s in sources if is_hook(s)]
+        if hooks:
+            raise TwinloopError(f"candidate source {hooks[0]} carries its decision on tick by tick (it is a tick hook); "
+                                "the asynchronous controller plans between ticks: use the synchronous Controller")
+        super().__init__(refiner, proposer, refine=True, sources=sources)
         self.config = config or AsyncConfig()
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from twinloop.control.parts import (
+    Batch,
+    check_estimator,
+    check_source,
+    is_hook,
+    offered_chunks,
+)
 from twinloop.control.refiner import Refiner, RefineResult
-from twinloop.errors import TwinloopError, as_array, number
+from twinloop.errors import TwinloopError, as_array
 from twinloop.plan import Plan
-
-
-def check_samples(proposer, n: int, label: str) -> None:
-    """Refuse ``n > 0`` samples from a ``proposer`` (named ``label`` in the error) that cannot
-    draw them (no ``sample(obs, state, n, rng)`` method)."""
-    if n and not callable(getattr(proposer, "sample", None)):
-        raise TwinloopError(f"proposal_samples={n} needs a stochastic proposer with a sample(obs, state, n, rng) "
-                            f"method (distilled, the planar scripts); proposer {label!r} draws none")
 
 
 @dataclass
@@ -36,54 +35,50 @@ class TickInfo:
     gap: float = float("nan")
     alarm: str = ""
     plan: Plan | None = field(default=None, repr=False)  # what the tick sends: the refined plan, or a fallback's
+    accept: str = ""  # which plan was sent and why, where an acceptance rule decided (see TrustedAcceptance)
 
 
 class Controller:
     """Receding-horizon control around a refiner: ``act(obs) -> action``.
 
-    Each tick: state from the observation, base proposal from the proposer (if any), warm start
-    from the last plan shifted one tick, refine, send the first action. If refinement fails
-    (every rollout unstable, or an exception) the base proposal's first action is sent
-    instead (or the warm plan's, without a proposer) and ``last.fallback`` says why.
+    Each tick: state from the observation (the ``estimator``), base proposal from the proposer
+    (if any), chunks offered by the candidate ``sources``, warm start from the last plan shifted
+    one tick, refine, send the first action; the tick ``hooks`` are called at each stage (see
+    :mod:`twinloop.control.parts`). If refinement fails (every rollout unstable, or an
+    exception) the base proposal's first action is sent instead (or the warm plan's, without a
+    proposer) and ``last.fallback`` says why.
 
-    With ``refine=False`` the controller runs the proposer alone (the baseline).
+    With ``refine=False`` the controller runs the proposer alone (the baseline; the sources
+    and the refined path's hooks are not asked).
 
     With ``warm_start=False`` every tick starts from the base proposal (or holding still)
     instead of the last plan shifted, and carries no candidates: its plan is a function of
     the state and that tick's samples only, not of plans never executed (a teacher whose
     labels a learner is to predict from the state).
 
-    With a ``monitor`` (:class:`~twinloop.calib.monitor.GapMonitor`) each tick first scores
-    the twin's one-tick prediction against the new observation (``last.gap``); an alarm widens
-    the parameter particles, starts a background refit, or falls back to the proposer for the
-    rest of the episode, as the monitor is configured, and ``last.alarm`` says why. Particles
-    a monitor changed are restored at ``reset``.
-
-    With a ``repair`` (a task's :meth:`~twinloop.tasks.Task.repair_primitive`) each refined
-    tick also offers its candidate chunks for the current state, the way a stochastic
-    proposer's samples are offered (``proposal_samples``): they join the first batch of any
-    optimizer, rehearsed with their own per-tick detail under ``exact_prior``. The baseline
-    (``refine=False``) never sees them. A repair with a ``commit`` margin (a float, e.g.
-    ``RepairConfig.commit``; ``None``: none) is carried through once sent: its chunks are made
-    as long as an episode and, after a tick that sent one, the rest of it (shifted a tick) is
-    offered first among the next tick's repairs; while a repair is under way the cheapest
-    repair offered is sent unless the refined plan costs less by more than ``commit`` times
-    the refined plan's cost (a repair is longer than the horizon: rated over its first second
-    it loses to plans that make no progress). The commit ends when the repair's chunk is spent
-    (it no longer moves) or a plan beats it by the margin.
-
     With an actuation delay (``RefinerConfig.actuation_delay``) the controller keeps the
     delay line, the controls it sent that have not reached the actuators yet, and each tick's
     candidates are rolled out behind it (see :meth:`Refiner.refine`).
 
-    With an ``observer`` (a stateful estimate, e.g. a grasp task's
-    :class:`~twinloop.tasks.keypoints.KeypointObserver`: ``observer(obs) -> state``,
-    ``sent(action)``, ``reset()``) the state comes from it instead of ``task.state_from_obs``;
-    it is reset with each episode and told every action sent.
+    Args:
+        refiner: the refiner.
+        proposer: the base proposer (``propose(obs, state) -> (H', nu)``), or ``None``.
+        refine: refine around the proposer (``False``: the proposer alone).
+        estimator: a :class:`~twinloop.control.parts.StateEstimator`; ``None``: the task's
+            stateless map (:meth:`Task.state_estimator <twinloop.tasks.Task.state_estimator>`).
+            It is reset with each episode and told every action sent.
+        sources: :class:`~twinloop.control.parts.CandidateSource` s, offered in this order
+            (a source with tick-hook methods is also called as a hook, before ``hooks``).
+        hooks: :class:`~twinloop.control.parts.TickHook` s, called in this order.
+        warm_start: warm-start each tick from the last plan shifted.
     """
 
-    def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, proposal_samples: int = 0,
-                 monitor=None, warm_start: bool = True, repair=None, observer=None):
+    #: the controller plans each tick between receiving an observation and sending an action
+    #: (hooks that carry a decision from one tick to the next need it)
+    ticks_in_step = True
+
+    def __init__(self, refiner: Refiner, proposer=None, refine: bool = True, *, estimator=None, sources=(),
+                 hooks=(), warm_start: bool = True):
         if not refine and proposer is None:
             raise TwinloopError("a controller without refinement needs a proposer")
         if not isinstance(refiner, Refiner):
@@ -91,51 +86,47 @@ class Controller:
         if proposer is not None and not callable(getattr(proposer, "propose", None)):
             raise TwinloopError(f"proposer {type(proposer).__name__} has no propose(obs, state) method")
         self.refiner, self.proposer, self.refine_enabled = refiner, proposer, refine
-        self.warm_start = bool(warm_start)
-        self.proposal_samples = number(proposal_samples, "proposal_samples", low=0, integer=True)
-        check_samples(proposer, self.proposal_samples, type(proposer).__name__)
-        if repair is not None and not callable(getattr(repair, "candidates", None)):
-            raise TwinloopError(f"repair {type(repair).__name__} has no candidates(state, ticks) method")
-        self.repair = repair
-        if observer is not None and not all(callable(getattr(observer, a, None)) for a in ("__call__", "sent", "reset")):
-            raise TwinloopError(f"observer {type(observer).__name__} needs __call__(obs), sent(action) and reset()")
-        self.observer = observer
-        self.commit = None if repair is None else getattr(repair, "commit", None)
-        if self.commit is not None:
-            self.commit = number(self.commit, "repair commit margin", low=0.0)
-        self._committed: np.ndarray | None = None  # (L, nu) the rest of the repair under way
         self.task = refiner.task
-        self.monitor = monitor
-        if monitor is not None and monitor.config.action in ("widen", "refit", "adapt") and not len(refiner.twin.param_space):
-            raise TwinloopError(f"monitor action {monitor.config.action!r} changes parameter particles, but the "
-                                "refiner's twin has no parameter space")
-        if monitor is not None and monitor.config.action == "adapt" and not refiner.twin.param_space.on("actuator"):
-            raise TwinloopError("monitor action 'adapt' refits the actuators' parameters, but the refiner's twin "
-                                f"has none among {refiner.twin.param_space.names}")
-        if monitor is not None and monitor.config.action == "fallback" and proposer is None:
-            raise TwinloopError("monitor action 'fallback' needs a proposer to fall back to")
+        self.warm_start = bool(warm_start)
+        self.estimator = self.task.state_estimator() if estimator is None else estimator
+        check_estimator(self.estimator)
+        self.sources = tuple(sources)
+        for s in self.sources:
+            check_source(s)
+        self.hooks = tuple(s for s in self.sources if is_hook(s)) + tuple(hooks)
+        for h in self.hooks:
+            self._call(h, "bind", self)
         self._warm: Plan | None = None
         self._carry: np.ndarray | None = None
         self._line: np.ndarray | None = None  # (D, nu) delay line; None: the hold action
         self.last: TickInfo | None = None
         self.n_fallbacks = 0
-        self._episode_params = refiner.params
         self._gave_up = ""
+
+    @staticmethod
+    def _call(part, method: str, *args):
+        f = getattr(part, method, None)
+        return f(*args) if callable(f) else None
+
+    @property
+    def delay_line(self) -> np.ndarray | None:
+        """``(D, nu)`` controls sent that have not reached the actuators (``None``: the hold
+        action; always ``None`` without an actuation delay)."""
+        return self._line
+
+    def fall_back(self, reason: str) -> None:
+        """Send the proposer's own actions for the rest of the episode (a hook's alarm)."""
+        self._gave_up = reason
 
     def reset(self, seed: int | None = None) -> None:
         self._warm = None
         self._carry = None
-        self._committed = None
-        if self.observer is not None:
-            self.observer.reset()
+        self.estimator.reset(seed)
         self._line = None
         self.last = None
         self.n_fallbacks = 0
-        if self.monitor is not None:
-            if self.monitor.alarms or self.monitor.refits:  # the particles it changed belong to that episode
-                self.refiner.set_params(self._episode_params)
-            self.monitor.reset()
-        self._episode_params = self.refiner.params
+        for part in (*self.sources, *(h for h in self.hooks if h not in self.sources)):
+            self._call(part, "reset", seed)
         self._gave_up = ""
         if seed is not None:
             self.refiner.reseed(seed)
@@ -145,10 +136,19 @@ class Controller:
     def stop(self) -> None:
         """End of an episode: release what runs between ticks (nothing, for this controller)."""
 
+    def report(self) -> dict:
+        """What the hooks say about the episode (merged; see :meth:`TickHook.report`)."""
+        out: dict = {}
+        for h in self.hooks:
+            out.update(self._call(h, "report") or {})
+        return out
+
     def act(self, obs, info: dict | None = None) -> np.ndarray:
         """The action for observation ``obs`` (``info``, the world's, is not needed here)."""
-        state = self.task.state_from_obs(obs) if self.observer is None else self.observer(obs)
-        alarm = self._watch(state) if self.monitor is not None else ""
+        state = self.estimator.estimate(obs)
+        alarm = ""
+        for h in self.hooks:
+            alarm = alarm or (self._call(h, "begin", state) or "")
         if self.proposer is not None and (not self.refine_enabled or self._gave_up):
             # the baseline (or a monitor's fallback) sends the proposer's own first action
             chunk = self._proposal(obs, state)
@@ -160,33 +160,10 @@ class Controller:
         if self.refiner.delay_steps:
             self._line = self.refiner.sent(state, self._line, self.last.action)
         self.last.alarm = alarm or self.last.alarm
-        if self.monitor is not None:
-            self.last.gap = self.monitor.score
-            self.monitor.sent(state, self.last.action)
-        if self.observer is not None:
-            self.observer.sent(self.last.action)
+        for h in self.hooks:
+            self._call(h, "sent", state, self.last)
+        self.estimator.sent(self.last.action)
         return self.last.action
-
-    def _watch(self, state: np.ndarray) -> str:
-        """Score the twin's last prediction; act on an alarm. Returns the alarm's reason."""
-        m, space = self.monitor, self.refiner.twin.param_space
-        fresh = m.refit_ready()
-        if fresh is not None:
-            self.refiner.set_params(fresh)
-        alarm = m.observe(state, self.refiner.params)
-        params = self.refiner.params
-        x0 = None if params is None else np.atleast_2d(params).mean(axis=0)
-        if alarm is None:
-            if m.adapt_due():
-                m.start_refit(space, x0, space.on("actuator"), m.config.adapt)
-            return ""
-        if alarm.action == "widen":
-            self.refiner.set_params(m.widened(params, space))
-        elif alarm.action in ("refit", "adapt"):
-            m.start_refit(space, x0)
-        elif alarm.action == "fallback":
-            self._gave_up = alarm.reason
-        return alarm.reason
 
     def carried(self, plan: Plan, tick: TickInfo, ticks: float = 1.0) -> tuple[Plan, np.ndarray | None]:
         """The warm start and the carried candidates for a plan starting ``ticks`` later."""
@@ -202,74 +179,44 @@ class Controller:
             raise TwinloopError(f"proposer returned an action chunk of shape {chunk.shape}, expected (H, {self.task.nu})")
         return chunk
 
+    def offers(self, obs, state: np.ndarray, prior: Plan | None = None) -> Batch:
+        """This tick's :class:`~twinloop.control.parts.Batch`: ``prior`` and the chunks each
+        source offers from ``state``, as plans (cut at the horizon, detail kept)."""
+        batch = Batch(prior=prior)
+        H, rng = self.refiner.spec.horizon_ticks, self.refiner.rng
+        for source in self.sources:
+            chunks = offered_chunks(source, obs, state, H, rng, self.task.nu)
+            batch.rows[id(source)] = slice(len(batch.chunks), len(batch.chunks) + len(chunks))
+            batch.chunks += chunks
+        batch.plans = [self.refiner.plan_from_actions(c) for c in batch.chunks]
+        return batch
+
     def plan(self, obs, state: np.ndarray, warm: Plan | None, carry: np.ndarray | None = None,
              in_flight: np.ndarray | None = None) -> tuple[Plan, TickInfo]:
         """Refine from twin ``state`` (estimated from ``obs``, or predicted ahead of it) with
-        the proposer's prior, the ``warm`` start, ``carry`` and the delay line ``in_flight``
-        (see :meth:`Refiner.refine`);
-        returns the plan and what happened. If refinement fails the base proposal (or the
+        the proposer's prior, the sources' offers, the ``warm`` start, ``carry`` and the delay
+        line ``in_flight`` (see :meth:`Refiner.refine`); the hooks then decide what is sent.
+        Returns the plan and what happened. If refinement fails the base proposal (or the
         warm plan) is returned and counted."""
-        prior = proposals = detail = None
-        # chunks offered beside the prior: the task's repairs first, then the proposer's samples
-        under_way = self._committed is not None
-        whole = self._repairs(state)
-        H = self.refiner.spec.horizon_ticks
-        chunks = [w[:H] for w in whole]
-        plans = []
+        prior = None
         if self.proposer is not None:
             prior = self.refiner.plan_from_actions(self._proposal(obs, state))
-            if self.proposal_samples > 0:
-                chunks += list(self.proposer.sample(obs, state, self.proposal_samples, self.refiner.rng))
-        if chunks:
-            plans = [self.refiner.plan_from_actions(c) for c in chunks]
-            proposals = np.stack([p.knots for p in plans])
-            if any(p.detail is not None for p in plans):
-                zero = np.zeros((H, self.task.nu))
-                detail = np.stack([zero if p.detail is None else p.detail for p in plans])
+        batch = self.offers(obs, state, prior)
         if warm is None:
             # start still: hold the pusher where it is if the task can say where that is
             warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
         try:
-            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=proposals, carry=carry,
-                                      in_flight=in_flight, proposal_detail=detail)
+            res = self.refiner.refine(state, prior=prior, warm=warm, proposals=batch.knots(), carry=carry,
+                                      in_flight=in_flight, proposal_detail=batch.detail())
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
-            self._committed = None
             backup = prior if prior is not None else warm
-            return backup, TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}",
-                                    plan=backup)
-        plan, cost = res.plan, res.cost
-        if self.commit is not None:
-            plan, cost = self._commit(res, whole, plans[: len(whole)], under_way)
-        return plan, TickInfo(action=plan.first_action(), cost=cost, prior_cost=res.prior_cost,
-                              iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
-                              optimizer_info=res.optimizer_info, result=res, plan=plan)
-
-    def _repairs(self, state: np.ndarray) -> list:
-        """This tick's repair chunks: ``horizon`` ticks long; with a commit margin as long as an
-        episode, the rest of the repair under way first."""
-        if self.repair is None:
-            return []
-        H = self.refiner.spec.horizon_ticks
-        if self.commit is None:
-            return list(self.repair.candidates(state, H))
-        whole = list(self.repair.candidates(state, max(H, self.task.max_ticks)))
-        return whole if self._committed is None else [self._committed, *whole]
-
-    def _commit(self, res: RefineResult, whole: list, plans: list, under_way: bool) -> tuple[Plan, float]:
-        """The plan sent and its cost under a commit margin (see the class docstring; ``whole``:
-        the repairs offered, ``plans`` theirs, ``under_way``: a repair was), and the rest of the
-        repair sent, if one was, kept for the next tick."""
-        costs = np.array([]) if res.offered_costs is None else res.offered_costs[: len(whole)]
-        self._committed, plan, cost = None, res.plan, res.cost
-        if not np.isfinite(costs).any():
-            return plan, cost
-        j = int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))
-        if costs[j] <= res.cost or (under_way and costs[j] - res.cost <= self.commit * abs(res.cost)):
-            if costs[j] > res.cost:  # kept against a cheaper plan: send the repair's own chunk
-                p = plans[j]
-                plan, cost = replace(p, knots=np.clip(p.knots, self.refiner.spec.low, self.refiner.spec.high)), float(costs[j])
-            rest = np.concatenate([whole[j][1:], whole[j][-1:]])
-            self._committed = rest if np.abs(rest - rest[-1]).max() > 0 else None
-        return plan, cost
-
+            tick = TickInfo(action=backup.first_action(), fallback=True, reason=f"{type(exc).__name__}: {exc}",
+                            plan=backup)
+        else:
+            tick = TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
+                            iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
+                            optimizer_info=res.optimizer_info, result=res, plan=res.plan)
+        for h in self.hooks:
+            self._call(h, "decide", tick, batch)
+        return tick.plan, tick

@@ -1,4 +1,4 @@
-"""The refiner (twin + task + optimizer + proposer) and the receding-horizon controller.
+"""The refiner: twin + task + optimizer (+ the proposer's prior).
 
 One refine iteration::
 
@@ -84,6 +84,13 @@ class RefinerConfig:
             (:meth:`~twinloop.plan.PlanSpec.bound`), the base proposal's too, also where it is
             sent alone (``Controller(refine=False)``): a policy's soft grasp of 0.7 is sent
             closed. Off: the actions are continuous, as the task's actuator takes them.
+        accept: when the synchronous controller sends the refined plan rather than the base
+            proposal: ``always`` (the refiner's choice) | ``trusted`` (only where the refined
+            plan's predicted advantage over the base proposal exceeds ``accept_factor`` times
+            the twin's recent cost error, measured tick by tick on the world; see
+            :class:`~twinloop.control.hooks.TrustedAcceptance`). Each tick then records which
+            plan was sent and why (``TickInfo.accept``).
+        accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
     """
 
     num_samples: int = 64
@@ -102,6 +109,8 @@ class RefinerConfig:
     prior_margin: float = 0.0
     actuation_delay: float = 0.0
     binary_actions: bool = False
+    accept: str = "always"
+    accept_factor: float = 1.0
 
     def __post_init__(self):
         checked = {
@@ -114,11 +123,13 @@ class RefinerConfig:
             "seed": number(self.seed, "seed", low=0, integer=True),
             "prior_margin": number(self.prior_margin, "prior_margin", low=0, high=1, high_open=True),
             "actuation_delay": number(self.actuation_delay, "actuation_delay (s)", low=0),
+            "accept_factor": number(self.accept_factor, "accept_factor", low=0),
         }
         for k, v in checked.items():
             object.__setattr__(self, k, v)
         choose("spline", self.spline, KINDS)
         choose("risk", self.risk, RISKS)
+        choose("accept", self.accept, ("always", "trusted"))
         if not 0 <= self.prune < 1:
             raise TwinloopError(f"prune must be in [0, 1), got {self.prune}")
         if not 0 < self.prune_keep <= 1:
