@@ -25,11 +25,14 @@ from twinloop.control import (
     AsyncConfig,
     AsyncController,
     Controller,
+    GapWatch,
+    ProposerSamples,
     Refiner,
     RefinerConfig,
     check_samples,
     check_timestep,
 )
+from twinloop.control.hooks import acceptance_hooks
 from twinloop.data.dataset import Dataset
 from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
@@ -79,8 +82,8 @@ class RunConfig:
             (the prior): they join the first batch of any optimizer
             (:meth:`~twinloop.control.Refiner.refine`), rehearsed exactly with
             ``refiner.exact_prior``. At most ``refiner.num_samples - 2``; 0: the proposal alone.
-        repair: offer the task's local repair (:meth:`Task.repair_primitive
-            <twinloop.tasks.Task.repair_primitive>`; the grasp tasks': re-grasp or place a
+        repair: offer the task's local repair (:meth:`Task.candidate_sources
+            <twinloop.tasks.Task.candidate_sources>`; the grasp tasks': re-grasp or place a
             misplaced point near its goal) to the refined controller each tick, beside the
             proposal samples and the same way; the base row is the proposer alone either way.
             A task without one is refused.
@@ -255,6 +258,9 @@ class RunConfig:
         if self.repair_commit is not None and self.realtime:
             raise TwinloopError("repair_commit carries a repair on tick by tick; it cannot run in real time "
                                 "(realtime=True)")
+        if self.refiner.accept != "always" and self.realtime:
+            raise TwinloopError(f"accept={self.refiner.accept!r} decides tick by tick on the synchronous refined "
+                                "controller; it cannot run in real time (realtime=True)")
         if self.observer and self.realtime:
             raise TwinloopError("observer=True predicts the last estimate one control tick ahead; the real-time "
                                 "controller's ticks have no fixed period (realtime=True)")
@@ -282,10 +288,10 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
-    if cfg.observer and not callable(getattr(task, "observer", None)):
-        raise TwinloopError(f"observer=True: task {cfg.task!r} has no stateful observer (the grasp tasks have)")
-    if cfg.repair and task.repair_primitive() is None:
-        raise TwinloopError(f"repair=True: task {cfg.task!r} has no repair primitive (Task.repair_primitive)")
+    if cfg.observer:
+        task.state_estimator(stateful=True)  # refused by a task without one
+    if cfg.repair and not task.candidate_sources(repair_options(cfg)):
+        raise TwinloopError(f"repair=True: task {cfg.task!r} has no repair primitive (Task.candidate_sources)")
     if cfg.monitor == "fallback" and proposer is None:
         raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
     if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
@@ -343,8 +349,7 @@ def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
     if name == "base":
         return world, Controller(refiner, proposer, refine=False)
     if cfg.realtime:
-        return world, AsyncController(refiner, proposer, cfg.async_control, proposal_samples=cfg.proposal_samples,
-                                      repair=repair_of(task, cfg))
+        return world, AsyncController(refiner, proposer, cfg.async_control, sources=sources_of(task, cfg, proposer))
     return world, refined_controller(cfg, task, proposer, refiner, watch)
 
 
@@ -356,24 +361,22 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
         if watch is None:
             raise TwinloopError("a monitored run's refined controller needs the monitor's (error, threshold)")
         monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
-    return Controller(refiner, proposer, monitor=monitor, proposal_samples=cfg.proposal_samples,
-                      repair=repair_of(task, cfg), observer=observer_of(task, cfg, refiner))
+    estimator = task.state_estimator(cfg.observer, None if refiner.params is None else refiner.params[0])
+    hooks = ([] if monitor is None else [GapWatch(monitor)]) + acceptance_hooks(cfg.refiner)
+    return Controller(refiner, proposer, estimator=estimator, sources=sources_of(task, cfg, proposer), hooks=hooks)
 
 
-def observer_of(task, cfg: RunConfig, refiner):
-    """The refined controller's stateful observer (:attr:`RunConfig.observer`), or ``None``."""
-    if not cfg.observer:
-        return None
-    return task.observer(None if refiner.params is None else refiner.params[0])
+def repair_options(cfg: RunConfig) -> dict:
+    """The run's options of a task's candidate sources (:meth:`Task.candidate_sources`)."""
+    return {"repair": cfg.repair, "repair_push": cfg.repair_push, "repair_reach": cfg.repair_reach,
+            "repair_commit": cfg.repair_commit, "repair_regrasp_reach": cfg.repair_regrasp_reach}
 
 
-def repair_of(task, cfg: RunConfig):
-    """The refined controller's repair: the task's, with ``cfg.repair_push`` pushes, its reach,
-    re-grasp reach and commit margin, or ``None``."""
-    if not cfg.repair:
-        return None
-    return task.repair_primitive(push=cfg.repair_push, reach=cfg.repair_reach, commit=cfg.repair_commit,
-                                 regrasp_reach=cfg.repair_regrasp_reach)
+def sources_of(task, cfg: RunConfig, proposer) -> list:
+    """The refined controller's candidate sources: the task's own (its repair), then the
+    proposer's ``cfg.proposal_samples`` samples."""
+    samples = [ProposerSamples(proposer, cfg.proposal_samples, cfg.proposer)] if cfg.proposal_samples else []
+    return [*task.candidate_sources(repair_options(cfg)), *samples]
 
 
 def monitor_config(cfg: RunConfig) -> MonitorConfig:
@@ -424,11 +427,7 @@ def episode_stats(world, controller) -> dict:
         out.update(world.stats(), **(controller.stats() if isinstance(controller, AsyncController) else {}))
     if isinstance(world, PerEpisodeWorld):
         out.update(world.drawn())
-    m = controller.monitor
-    if m is not None:
-        names = controller.refiner.twin.param_space.names
-        out["alarms"] = [asdict(a) for a in m.alarms]
-        out["refits"] = [{"tick": t, "params": dict(zip(names, map(float, x), strict=True))} for t, x in m.refits]
+    out.update(controller.report())
     return out
 
 

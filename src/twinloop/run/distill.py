@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from twinloop.calib.fit import CalibConfig
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, ProposerSamples, Refiner, RefinerConfig
 from twinloop.data import Dataset, EpisodeRecorder
 from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
@@ -355,7 +355,8 @@ class DistillRun:
         rcfg = replace(self.cfg.refiner, num_samples=k)
         refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer, noise=self.cfg.noise), rcfg)
         n_prop = self.cfg.proposal_samples if proposer is not None else 0
-        return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop, warm_start=warm_start)
+        sources = [ProposerSamples(proposer, n_prop)] if n_prop else []
+        return Controller(refiner, proposer, refine=refine, sources=sources, warm_start=warm_start)
 
     def episodes(self, label: str, world, controller, seeds: Sequence[int]) -> list[EpisodeResult]:
         """One episode per seed in ``world``; a :class:`Labelled` controller's go to its dataset."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -310,17 +310,23 @@ class Task:
         when the task has none (refinement then starts from nothing)."""
         return None
 
-    def repair_primitive(self, push: int = 0, reach: float | None = None, commit: float | None = None,
-                         regrasp_reach: float | None = None):
-        """The task's local repair (``candidates(state, ticks) -> (n, ticks, nu)``: action chunks
-        that correct a misplaced object near its goal, offered to the refiner beside its samples
-        by ``RunConfig.repair``), or ``None`` when the task has none (default). ``push``: how
-        many pushes of other points it offers too, ``reach``: how far from its goal a point is
-        still repaired (``None``: the task's), ``commit``: a repair sent is carried on unless a
-        plan beats it by this cost fraction, ``regrasp_reach``: the reach of a re-grasp (a point
-        let go; ``None``: ``reach``) (the grasp tasks': ``RepairConfig.push``, ``reach``,
-        ``commit``, ``regrasp_reach``; a repair may expose ``commit`` for the controller)."""
-        return None
+    def state_estimator(self, stateful: bool = False, params=None):
+        """The controller's state estimator (``reset(seed)``, ``estimate(obs) -> (nstate,)``,
+        ``sent(action)``; see :class:`~twinloop.control.parts.StateEstimator`). Default: the
+        stateless map :meth:`state_from_obs` (:class:`ObservationMap`); ``stateful=True`` asks
+        for the task's stateful estimate (predicting under the twin's ``params``), which a task
+        without one refuses."""
+        if stateful:
+            raise TwinloopError(f"task {self.name!r} has no stateful observer (the grasp tasks have)")
+        return ObservationMap(self)
+
+    def candidate_sources(self, options: Mapping[str, object] | None = None) -> tuple:
+        """The task's own candidate sources for a refined controller (each
+        ``offer(obs, state, ticks, rng) -> (M, L, nu)`` chunks offered beside the refiner's
+        samples; see :class:`~twinloop.control.parts.CandidateSource`), chosen by a run's
+        ``options`` (the grasp tasks': ``repair``, ``repair_push``, ``repair_reach``,
+        ``repair_commit``, ``repair_regrasp_reach``). Default: none."""
+        return ()
 
     def excitation(self, seed: int, kind: str = "excite") -> Callable[[np.ndarray, int], np.ndarray]:
         """A seeded policy ``f(obs, tick) -> action`` that excites the dynamics for calibration.
@@ -377,6 +383,23 @@ class Task:
     def cost(self, rollouts: Rollouts) -> np.ndarray:
         """``(P, K)`` total cost of each rollout: the sum of :meth:`rollout_terms`."""
         return sum(self.rollout_terms(rollouts).values())
+
+
+class ObservationMap:
+    """The stateless state estimator: each observation mapped by ``task.state_from_obs``,
+    nothing kept from one tick to the next."""
+
+    def __init__(self, task: Task):
+        self.task = task
+
+    def reset(self, seed: int | None = None) -> None:
+        """Nothing to forget."""
+
+    def estimate(self, obs) -> np.ndarray:
+        return self.task.state_from_obs(obs)
+
+    def sent(self, action) -> None:
+        """Nothing to predict."""
 
 
 class SceneTask(Task):

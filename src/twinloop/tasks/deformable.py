@@ -44,6 +44,7 @@ from twinloop.tasks.keypoints import (
     KeypointObserver,
     add_keypoint_sites,
 )
+from twinloop.tasks.repair import repair_source
 
 GRIPPER_JOINTS = ("gripper_x", "gripper_y", "gripper_z")
 
@@ -305,6 +306,23 @@ class GraspTask(Task):
         cfg = RepairConfig(push=push, commit=commit, regrasp_reach=regrasp_reach,
                            **({} if reach is None else {"reach": reach}))
         return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point), cfg)
+
+    def candidate_sources(self, options=None) -> tuple:
+        """With ``options["repair"]``: the repair (:meth:`repair_primitive` with the options'
+        ``repair_push``, ``repair_reach``, ``repair_commit``, ``repair_regrasp_reach``) as a
+        candidate source, committing under a commit margin
+        (:func:`~twinloop.tasks.repair.repair_source`); else none."""
+        o = dict(options or {})
+        if not o.get("repair"):
+            return ()
+        rep = self.repair_primitive(push=o.get("repair_push") or 0, reach=o.get("repair_reach"),
+                                    commit=o.get("repair_commit"), regrasp_reach=o.get("repair_regrasp_reach"))
+        return (repair_source(rep),)
+
+    def state_estimator(self, stateful: bool = False, params=None):
+        """``stateful``: the keypoint observer (:meth:`observer`) under ``params``; else the
+        stateless map (:meth:`Task.state_estimator`)."""
+        return self.observer(params) if stateful else super().state_estimator()
 
     def trace_points(self, qpos, sensordata) -> np.ndarray:
         """The gripper and the traced keypoints (the grasped corner's path above all)."""
