@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from twinloop.errors import TwinloopError, choose
 from twinloop.tasks.base import Residual, SceneTask, Task, Traj
@@ -46,15 +46,21 @@ def task_factory(name: str) -> Callable[..., Task]:
     return f
 
 
+def task_defaults(task: str | Task) -> Mapping[str, object]:
+    """The planner and run settings task ``task`` declares (:attr:`Task.defaults`), ``{field
+    path: value}``. ``task`` is a registry name (read from its class: no scene is compiled)
+    or a task."""
+    kind = task_factory(task) if isinstance(task, str) else task
+    return getattr(kind, "defaults", Task.defaults)
+
+
 def task_preferences(task: str | Task, optimizer: str | None = None,
                      noise: float | None = None) -> tuple[str, float | None]:
     """``(optimizer, sampling noise)`` a refiner on ``task`` uses: those given, else the task's
-    (:attr:`Task.optimizer`, :attr:`Task.sampling_noise`; noise ``None`` = the optimizer's own).
-
-    ``task`` is a registry name (read from its class: no scene is compiled) or a task."""
-    kind = task_factory(task) if isinstance(task, str) else task
-    return (optimizer or getattr(kind, "optimizer", Task.optimizer),
-            noise if noise is not None else getattr(kind, "sampling_noise", Task.sampling_noise))
+    defaults (``planner.optimizer``, ``planner.noise``; noise ``None`` = the optimizer's own)."""
+    d = task_defaults(task)
+    return (optimizer or d.get("planner.optimizer", "mppi"),
+            noise if noise is not None else d.get("planner.noise"))
 
 
 def make_task(name: str, **kw) -> Task:
@@ -70,5 +76,5 @@ def make_task(name: str, **kw) -> Task:
     return task
 
 
-__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "make_task", "register_task", "task_factory",
-           "task_preferences"]
+__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "make_task", "register_task", "task_defaults",
+           "task_factory", "task_preferences"]
