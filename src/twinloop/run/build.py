@@ -95,6 +95,16 @@ def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, h
     return twin
 
 
+def planner_twin(planner, task, space=None):
+    """The twin of a planner section (:class:`~twinloop.run.sections.PlannerConfig`): its backend
+    at its ``twin_timestep`` where that is coarser than the scene's, over ``space`` (default: the
+    task's parameters). Unchecked: a loop that builds it per episode checks it once itself."""
+    space = task.param_space() if space is None else space
+    step = planner.twin_timestep
+    coarse = step is not None and step > task.model.opt.timestep * (1 + 1e-9)
+    return make_twin(planner.backend, task.model, space, **({"timestep": step} if coarse else {}))
+
+
 def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
     """``(world, controller)`` of the comparison's controller ``name`` (``base`` | ``refined``):
     the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`. The refined
