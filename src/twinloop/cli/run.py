@@ -23,6 +23,8 @@ from twinloop.io import out_mode
 from twinloop.recipes import Recipe, load_recipe, recipe_names
 from twinloop.run.compare import RunConfig, run_comparison
 from twinloop.run.config import field_type, get_path, leaf_paths, path_doc, type_name
+from twinloop.run.distill import DistillConfig
+from twinloop.run.evaluate import EvaluateConfig
 from twinloop.run.executor import EXECUTORS
 from twinloop.run.rsr import RSRConfig
 from twinloop.tasks import TASKS, make_task
@@ -174,4 +176,4 @@ def tasks():
 
 
 COMMANDS = (demo, run, tasks, recipes, fields)
-CONFIGS = {"run": RunConfig, "rsr": RSRConfig}
+CONFIGS = {"run": RunConfig, "rsr": RSRConfig, "distill": DistillConfig, "evaluate": EvaluateConfig}

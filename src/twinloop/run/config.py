@@ -55,8 +55,8 @@ def composed(aliases: Mapping[str, str] | None = None):
                 raise TwinloopError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))}: its fields are "
                                     f"{', '.join(sorted(own | set(routes)))}")
             for name, value in flat.items():
-                head, rest = routes[name].split(".", 1)
-                kw[head] = set_path(kw.get(head) or _default(cls, head), rest, value)
+                head, _, rest = routes[name].partition(".")
+                kw[head] = set_path(kw.get(head) or _default(cls, head), rest, value) if rest else value
             init(self, *args, **kw)
 
         def __getattr__(self, name):
