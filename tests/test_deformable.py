@@ -271,10 +271,10 @@ def test_the_run_command_compares_base_and_refined_on_a_deformable(tmp_path):
 
     out = tmp_path / "run"
     res = CliRunner().invoke(app, ["run", "--task", "rope-shape", "--episodes", "1", "-k", "4", "--max-ticks", "3",
-                                   "--binary-actions", "--no-video", "--out", str(out)])
+                                   "--set", "planner.refiner.binary_actions=true", "--no-video", "--out", str(out)])
     assert res.exit_code == 0, res.output
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["config"]["refiner"]["binary_actions"] is True
+    assert summary["config"]["planner"]["refiner"]["binary_actions"] is True
     assert [r["controller"] for r in summary["results"]] == ["base", "refined"]
     assert summary["world"]["params"].keys() == set(make_task("rope-shape").param_space().names)
     assert sorted(p.name for p in (out / "episodes").iterdir()) == ["base", "refined"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from twinloop import plugins
 from twinloop.errors import TwinloopError
@@ -70,15 +70,21 @@ def check_task(name: str) -> str:
     return name
 
 
+def task_defaults(task: str | Task) -> Mapping[str, object]:
+    """The planner and run settings task ``task`` declares (:attr:`Task.defaults`), ``{field
+    path: value}``. ``task`` is a registry name (read from its class: no scene is compiled)
+    or a task."""
+    kind = task_factory(task) if isinstance(task, str) else task
+    return getattr(kind, "defaults", Task.defaults)
+
+
 def task_preferences(task: str | Task, optimizer: str | None = None,
                      noise: float | None = None) -> tuple[str, float | None]:
     """``(optimizer, sampling noise)`` a refiner on ``task`` uses: those given, else the task's
-    (:attr:`Task.optimizer`, :attr:`Task.sampling_noise`; noise ``None`` = the optimizer's own).
-
-    ``task`` is a registry name (read from its class: no scene is compiled) or a task."""
-    kind = task_factory(task) if isinstance(task, str) else task
-    return (optimizer or getattr(kind, "optimizer", Task.optimizer),
-            noise if noise is not None else getattr(kind, "sampling_noise", Task.sampling_noise))
+    defaults (``planner.optimizer``, ``planner.noise``; noise ``None`` = the optimizer's own)."""
+    d = task_defaults(task)
+    return (optimizer or d.get("planner.optimizer", "mppi"),
+            noise if noise is not None else d.get("planner.noise"))
 
 
 def make_task(name: str, **kw) -> Task:
@@ -94,5 +100,5 @@ def make_task(name: str, **kw) -> Task:
     return task
 
 
-__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "check_task", "make_task", "register_task", "task_factory",
-           "task_preferences"]
+__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "check_task", "make_task", "register_task",
+           "task_defaults", "task_factory", "task_preferences"]

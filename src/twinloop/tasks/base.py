@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 
 import mujoco
 import numpy as np
@@ -59,7 +60,6 @@ class Task:
         name: registry name (``twinloop run --task NAME``).
         xml: scene file, beside the task module (or an absolute path).
         control_period: seconds per control tick (a multiple of the scene's timestep).
-        horizon: default planning horizon (s).
         max_ticks: episode length in control ticks.
         cost_stride: running costs read every n-th physics step (costs, not physics, coarser).
         obs_names: names of the observation entries (default: the observation is the full
@@ -69,10 +69,14 @@ class Task:
         gym_id: the gymnasium env this task's twin models (``--world gym`` uses it), or
             ``None``; its observation and action maps are :meth:`obs_from_env` and
             :meth:`action_to_env`.
-        optimizer: the optimizer a comparison run (``twinloop run``) uses when not told one.
-        sampling_noise: the sampling noise such a run uses when not told one, a fraction of
-            each action's half-range (``None``: the optimizer's own default). Tasks whose action
-            bounds span far more than one tick's useful motion want it small.
+        defaults: the task's planner and run settings, ``{field path: value}`` (the way MuJoCo
+            MPC's task files carry their planner defaults): every loop (``twinloop run``,
+            ``rsr``, ``distill``) starts from them, a recipe and the command line override them
+            (library default < task default < recipe < command line). A path names a field of
+            the loop's config (``planner.refiner.horizon``, ``planner.optimizer``,
+            ``planner.noise``: a task whose action bounds span far more than one tick's useful
+            motion wants it small); a loop without that field skips it. Extend the base's:
+            ``defaults = {**Task.defaults, "planner.noise": 0.05}``.
         euler_step: the physics step (s) of a world that integrates this scene with explicit
             Euler (a severity-3 :class:`~twinloop.worlds.ShiftedWorld`), or ``None``: the
             scene's own timestep. A scene whose stiff terms an explicit step cannot follow at
@@ -96,17 +100,25 @@ class Task:
     name: str = "task"
     xml: str = ""
     control_period: float = 0.1
-    horizon: float = 1.0
     max_ticks: int = 100
     cost_stride: int = 5
     camera: str | None = None
     gym_id: str | None = None
-    optimizer: str = "mppi"
-    sampling_noise: float | None = None
+    defaults: Mapping[str, object] = MappingProxyType({
+        "planner.optimizer": "mppi",
+        "planner.refiner.num_samples": 32,
+        "planner.refiner.horizon": 0.5,
+        "planner.twin_timestep": 0.01,
+    })
     euler_step: float | None = None
     binary_actions: tuple[int, ...] = ()
     max_body_speed: float | None = None
     success_dwell: float = 0.5
+
+    @property
+    def horizon(self) -> float:
+        """The task's default planning horizon (s): its ``planner.refiner.horizon`` default."""
+        return float(self.defaults.get("planner.refiner.horizon", 0.5))
 
     # -- scene -------------------------------------------------------------------------------
 
@@ -430,7 +442,7 @@ class SceneTask(Task):
 
     def __init__(self, xml, residuals: Sequence[Residual], error: Callable[[np.ndarray], np.ndarray],
                  tolerance: float = 0.0, success: Callable[[np.ndarray], bool] | None = None, *,
-                 name: str = "scene", control_period: float = 0.05, horizon: float = 1.0,
+                 name: str = "scene", control_period: float = 0.05, horizon: float = 0.5,
                  max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0,
                  success_dwell: float = Task.success_dwell):
         self.xml = str(Path(xml).resolve())
@@ -447,7 +459,8 @@ class SceneTask(Task):
             if not (np.isfinite(v) and ok):
                 raise TwinloopError(f"{label} must be a finite number in range, got {v}")
         self.tolerance = float(tolerance)
-        self.control_period, self.horizon = float(control_period), float(horizon)
+        self.control_period = float(control_period)
+        self.defaults = MappingProxyType({**Task.defaults, "planner.refiner.horizon": float(horizon)})
         self.max_ticks, self.cost_stride = int(max_ticks), int(cost_stride)
         self.start_noise = float(start_noise)
         self.success_dwell = number(success_dwell, "success_dwell (s)", low=0)
