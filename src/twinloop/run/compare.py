@@ -46,6 +46,7 @@ from twinloop.worlds import (
     PerEpisodeWorld,
     RealtimeWorld,
     SimWorld,
+    TwinWorld,
     make_world,
     resolve_world,
 )
@@ -66,8 +67,10 @@ class RunConfig:
         refiner: the refiner's knobs (K candidates, horizon, iterations per tick, risk,
             ``prune``, ``carry`` ...).
         world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
-            noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` (a
-            gymnasium env through the task's maps) | ``remote:ADDRESS`` (``serve-world``).
+            noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` /
+            ``gym:MODULE:ENV_ID`` (a gymnasium env through the task's maps; ``MODULE`` is
+            imported first, which registers a third-party env) | ``remote:ADDRESS``
+            (``serve-world``).
         severity: ShiftedWorld severity (0-3).
         proposer: ``scripted`` (the task's own) | ``none`` (refinement from scratch; no
             baseline row); see ``twinloop.policies.PROPOSERS``.
@@ -147,11 +150,12 @@ class RunConfig:
             ``fallback`` | ``adapt`` (``refit``, and the actuators' gains refit at tick 10 whatever
             the score); ``None``: no monitor. Its threshold is calibrated on
             ``monitor_episodes`` refined episodes the run records first in the nominal
-            counterpart of its world (:func:`~twinloop.worlds.shifted.nominal_counterpart`: the
-            world's noise, delay and engine, the twin's own parameters), seeded by ``seed``
-            (:func:`monitor_seeds`). Each refined episode's row lists its alarms and refits;
-            ``summary.json`` says the threshold and where it came from. Simulated worlds
-            (``nominal``, ``shifted``), not in real time.
+            counterpart of its world (:func:`monitor_world`: for a shifted world its noise, delay
+            and engine with the twin's own parameters; for any other world (gymnasium, another
+            engine, remote) the twin's own scene with the world's declared observation noise, if
+            any), seeded by ``seed`` (:func:`monitor_seeds`). Each refined episode's row lists its
+            alarms and refits; ``summary.json`` says the threshold and where it came from. Not in
+            real time.
         monitor_episodes: nominal episodes the monitor's threshold is calibrated on.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
@@ -234,9 +238,6 @@ class RunConfig:
                                                             high=self.refiner.num_samples - 2, integer=True))
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
-            if self.world not in ("nominal", "shifted"):
-                raise TwinloopError(f"monitor={self.monitor!r}: the threshold is calibrated in the nominal counterpart "
-                                    f"of a simulated world (nominal, shifted); world {self.world!r} has none")
             if self.realtime:
                 raise TwinloopError(f"monitor={self.monitor!r} watches the synchronous refined controller; it cannot "
                                     "run in real time (realtime=True)")
@@ -386,14 +387,25 @@ def monitor_seeds(cfg: RunConfig) -> list[int]:
     return [cfg.seed * 100_000 + 50_000 + i for i in range(cfg.monitor_episodes)]
 
 
-def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float) -> tuple[tuple, dict]:
+def monitor_world(cfg: RunConfig, task, period: float, world=None):
+    """Where a run's monitor threshold is calibrated: a world that behaves like the twin. For
+    ``shifted`` its nominal counterpart (:func:`~twinloop.worlds.shifted.nominal_counterpart`:
+    its noise, delay and engine); for ``nominal`` the twin itself; for any other world the
+    twin's own scene with the world's observation noise where it declares one (``obs_noise``):
+    what a gymnasium env, another engine or a robot hides is unknown, and reads as gap."""
+    if cfg.world in ("shifted", "nominal"):
+        return nominal_counterpart(task, cfg.severity if cfg.world == "shifted" else 0, period)
+    noise = getattr(world, "obs_noise", None)
+    return TwinWorld(task, obs_noise=noise, period=period)
+
+
+def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float, world=None) -> tuple[tuple, dict]:
     """Record ``cfg.monitor_episodes`` refined episodes (no monitor, ``cfg.max_ticks`` or the
     task's length, not stopped at success) in the nominal counterpart of the run's world and
     calibrate the monitor on them (:meth:`GapMonitor.from_nominal`). Returns the monitor's
     ``(error, threshold)`` (see :func:`controller_in_world`) and what ``summary.json`` says
     about it."""
-    severity = cfg.severity if cfg.world == "shifted" else 0
-    world = nominal_counterpart(task, severity, period)
+    world = monitor_world(cfg, task, period, world)
     ctl = Controller(refiner, proposer)
     ticks = cfg.max_ticks or task.max_ticks
     trajs = []
@@ -404,7 +416,7 @@ def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float) ->
     m = GapMonitor.from_nominal(task, refiner.twin, trajs, mcfg, params=refiner.params)
     return (m.error, m.threshold), {"action": cfg.monitor, "threshold": m.threshold, "window": mcfg.window,
                          "quantile": mcfg.quantile, "margin": mcfg.margin, "nominal_seeds": monitor_seeds(cfg),
-                         "nominal_ticks": ticks, "nominal_world": {**world.describe(), "severity": severity}}
+                         "nominal_ticks": ticks, "nominal_world": world.describe()}
 
 
 def episode_stats(world, controller) -> dict:
@@ -481,7 +493,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
         watch, monitor_info = None, None
         if cfg.monitor is not None:
-            watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period)
+            watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period, world)
             log(f"gap monitor ({cfg.monitor}): threshold {monitor_info['threshold']:.3g} from "
                 f"{cfg.monitor_episodes} refined episodes in the nominal twin")
         seeds = episode_seeds(cfg)
