@@ -171,7 +171,6 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--world-per-episode", "--realtime"], "world_per_episode cannot run in real time"),
         (["--monitor", "panic"], "unknown monitor 'panic'"),
         (["--monitor", "flag", "--realtime"], "monitor='flag' watches the synchronous refined controller"),
-        (["--monitor", "flag", "--world", "bullet"], "world 'bullet' has none"),
         (["--monitor", "fallback", "--proposer", "none"], "monitor='fallback' falls back to the base proposer; "
                                                           "proposer 'none' has none"),
         (["--monitor", "adapt"], "monitor='adapt' refits the actuators' parameters; task 'block-push' has none"),

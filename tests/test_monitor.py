@@ -138,3 +138,16 @@ def test_adapt_refits_the_arms_gain_toward_a_softer_worlds_and_leaves_the_rest()
     ctl.reset(0)
     assert ctl.refiner.params is None  # the next episode starts from the twin's own values
     m.close()
+
+
+def test_the_nominal_threshold_does_not_depend_on_the_twins_timestep():
+    # a 10 ms twin takes 10 steps per 0.1 s tick, not the 5 ms scene's 20: holding the action
+    # for the scene's substeps predicted two ticks ahead and raised the threshold ~60x
+    task = make_task("push-t")
+    nominal = ChangingWorld(task, change_at=None)
+    eps = [record_trajectory(nominal, task.excitation(s), s, TICKS) for s in range(6)]
+    fine, coarse = (GapMonitor.from_nominal(task, make_twin("mujoco", task.model, task.param_space(), timestep=dt),
+                                            eps, MonitorConfig()) for dt in (0.005, 0.01))
+    assert coarse.substeps == 10 and fine.substeps == 20
+    # the coarse twin integrates contacts a little differently: within a factor 1.5
+    assert 1 / 1.5 < coarse.threshold / fine.threshold < 1.5

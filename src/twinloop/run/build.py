@@ -25,7 +25,7 @@ from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
-from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, make_world
+from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world
 from twinloop.worlds.shifted import nominal_counterpart
 
 if TYPE_CHECKING:
@@ -173,14 +173,25 @@ def monitor_seeds(cfg: RunConfig) -> list[int]:
     return [cfg.experiment.seed * 100_000 + 50_000 + i for i in range(cfg.monitor_episodes)]
 
 
-def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float) -> tuple[tuple, dict]:
+def monitor_world(cfg: RunConfig, task, period: float, world=None):
+    """Where a run's monitor threshold is calibrated: a world that behaves like the twin. For
+    ``shifted`` its nominal counterpart (:func:`~twinloop.worlds.shifted.nominal_counterpart`:
+    its noise, delay and engine); for ``nominal`` the twin itself; for any other world the
+    twin's own scene with the world's observation noise where it declares one (``obs_noise``):
+    what a gymnasium env, another engine or a robot hides is unknown, and reads as gap."""
+    e = cfg.experiment
+    if e.world in ("shifted", "nominal"):
+        return nominal_counterpart(task, e.severity if e.world == "shifted" else 0, period)
+    return TwinWorld(task, obs_noise=getattr(world, "obs_noise", None), period=period)
+
+
+def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float, world=None) -> tuple[tuple, dict]:
     """Record ``cfg.monitor_episodes`` refined episodes (no monitor, ``cfg.experiment.max_ticks`` or the
     task's length, not stopped at success) in the nominal counterpart of the run's world and
     calibrate the monitor on them (:meth:`GapMonitor.from_nominal`). Returns the monitor's
     ``(error, threshold)`` (see :func:`controller_in_world`) and what ``summary.json`` says
     about it."""
-    severity = cfg.experiment.severity if cfg.experiment.world == "shifted" else 0
-    world = nominal_counterpart(task, severity, period)
+    world = monitor_world(cfg, task, period, world)
     ctl = Controller(refiner, proposer)
     ticks = cfg.experiment.max_ticks or task.max_ticks
     trajs = []
@@ -191,7 +202,7 @@ def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float) ->
     m = GapMonitor.from_nominal(task, refiner.twin, trajs, mcfg, params=refiner.params)
     return (m.error, m.threshold), {"action": cfg.monitor, "threshold": m.threshold, "window": mcfg.window,
                          "quantile": mcfg.quantile, "margin": mcfg.margin, "nominal_seeds": monitor_seeds(cfg),
-                         "nominal_ticks": ticks, "nominal_world": {**world.describe(), "severity": severity}}
+                         "nominal_ticks": ticks, "nominal_world": world.describe()}
 
 
 def world_seed(cfg: RunConfig) -> int:

@@ -122,9 +122,6 @@ class RunConfig:
                                                             integer=True))
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
-            if self.experiment.world not in ("nominal", "shifted"):
-                raise TwinloopError(f"monitor={self.monitor!r}: the threshold is calibrated in the nominal counterpart "
-                                    f"of a simulated world (nominal, shifted); world {self.experiment.world!r} has none")
         if self.realtime:
             self._check_realtime()
 
@@ -208,7 +205,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         out = output_folder(cfg.experiment.out, mode)  # before the episodes: a bad --out fails now
         watch, monitor_info = None, None
         if cfg.monitor is not None:
-            watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period)
+            watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period, world)
             log(f"gap monitor ({cfg.monitor}): threshold {monitor_info['threshold']:.3g} from "
                 f"{cfg.monitor_episodes} refined episodes in the nominal twin")
         seeds = episode_seeds(cfg)

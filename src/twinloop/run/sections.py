@@ -90,8 +90,10 @@ class ExperimentConfig:
     Attributes:
         task: a registered task (``twinloop.tasks.TASKS``).
         world: a registered world (``twinloop.worlds.WORLDS``): ``shifted`` (hidden physics,
-            noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` (a
-            gymnasium env through the task's maps) | ``remote:ADDRESS`` (``serve-world``).
+            noise, delay) | ``nominal`` (the twin itself) | ``gym`` / ``gym:ENV_ID`` /
+            ``gym:MODULE:ENV_ID`` (a gymnasium env through the task's maps; ``MODULE`` is
+            imported first, which registers a third-party env) | ``remote:ADDRESS``
+            (``serve-world``).
         severity: ShiftedWorld severity (0-3).
         world_seed: seed of the world's hidden physics, if not ``seed``: new episodes (another
             ``seed``) in the same world. ``None``: ``seed``. Not with ``world_per_episode``.
