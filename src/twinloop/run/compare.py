@@ -33,6 +33,7 @@ from twinloop.run.build import (  # noqa: F401 - the building half, importable f
     episode_seeds,
     monitor_config,
     monitor_seeds,
+    monitor_world,
     planning_particles,
     refined_controller,
     refiner_twin,
