@@ -133,6 +133,11 @@ class TrustedAcceptance(TickHook):
         return ""
 
     def decide(self, tick, batch: Batch) -> None:
+        self._decide(tick, batch)
+        # per tick in the recorded episode (refine.optimizer_info): which plan was sent and why
+        tick.optimizer_info = {**tick.optimizer_info, "accept": tick.accept}
+
+    def _decide(self, tick, batch: Batch) -> None:
         self._plan = tick.plan
         if tick.fallback or batch.prior is None or not np.isfinite(tick.prior_cost):
             tick.accept = "fallback" if tick.fallback else "refined: no base proposal"
