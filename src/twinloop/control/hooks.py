@@ -12,7 +12,7 @@ from twinloop.control.parts import Batch, TickHook
 from twinloop.errors import TwinloopError, number
 
 #: values of ``RefinerConfig.accept``
-ACCEPT_RULES = ("always", "trusted")
+ACCEPT_RULES = ("always", "trusted", "robust")
 
 
 class GapWatch(TickHook):
@@ -170,7 +170,77 @@ class TrustedAcceptance(TickHook):
         return {"accept": dict(self.counts), "twin_cost_error": float(self.error)}
 
 
+class RobustAcceptance(TickHook):
+    """Send the refined plan only where its advantage over the base holds across the twin's
+    parameter uncertainty.
+
+    The nominal twin rates the refined plan cheaper than the base proposal (else it would not
+    have won); a plan that is better only at the nominal parameters exploits exactly what the
+    twin may have wrong. Each tick the base proposal and the refined plan are rolled out from
+    the current state under ``P`` parameter particles (the nominal values and ``P - 1`` draws
+    from the prior of the twin's parameter space, drawn once per episode seed)::
+
+        wins  = #{p : J_p(refined) < J_p(base)}
+        send refined  iff  wins >= quantile * P
+
+    else the base proposal, as rehearsed. ``tick.accept`` says which and why; :meth:`report`
+    counts them. It costs ``2 P`` rollouts a tick (the refiner's batch is ``K``). Without a
+    base proposal, or a twin without parameters, the refined plan is always sent.
+
+    Args:
+        particles: ``P``, including the nominal.
+        quantile: the fraction of particles under which the refined plan must win.
+    """
+
+    def __init__(self, particles: int = 8, quantile: float = 1.0):
+        self.n = number(particles, "accept_particles", low=2, integer=True)
+        self.quantile = number(quantile, "accept_quantile", low=0.0, high=1.0, low_open=True)
+
+    def bind(self, controller) -> None:
+        self.controller, self.refiner = controller, controller.refiner
+        self.space = self.refiner.twin.param_space
+        self.reset()
+
+    def reset(self, seed: int | None = None) -> None:
+        self.params = (self.space.prior_particles(np.random.default_rng([0 if seed is None else seed, 29]), self.n)
+                       if len(self.space) else None)
+        self.state = None
+        self.counts = {"refined": 0, "base": 0}
+
+    def begin(self, state: np.ndarray) -> str:
+        self.state = state
+        return ""
+
+    def decide(self, tick, batch: Batch) -> None:
+        if tick.fallback or batch.prior is None or not np.isfinite(tick.prior_cost) or self.params is None:
+            tick.accept = "fallback" if tick.fallback else "refined: no base proposal or no parameters"
+        else:
+            spec = self.refiner.spec
+            base = replace(batch.prior, knots=np.clip(batch.prior.knots, spec.low, spec.high))
+            line = self.controller.delay_line
+            j_ref = self.refiner.plan_costs(self.state, tick.plan, self.params, line)
+            j_base = self.refiner.plan_costs(self.state, base, self.params, line)
+            wins = int(np.sum(j_ref < j_base))
+            if wins >= self.quantile * self.n:
+                tick.accept = "refined"
+                self.counts["refined"] += 1
+            else:
+                tick.plan, tick.action, tick.cost = base, base.first_action(), tick.prior_cost
+                tick.accept = f"base: refined wins under {wins} of {self.n} parameter particles"
+                self.counts["base"] += 1
+        tick.optimizer_info = {**tick.optimizer_info, "accept": tick.accept}
+
+    def report(self) -> dict:
+        """How many ticks sent the refined plan and the base one."""
+        return {"accept": dict(self.counts)}
+
+
 def acceptance_hooks(config) -> list:
     """The tick hooks of a :class:`~twinloop.control.RefinerConfig`'s acceptance rule
-    (``config.accept``): none for ``always``, :class:`TrustedAcceptance` for ``trusted``."""
-    return [TrustedAcceptance(config.accept_factor)] if config.accept == "trusted" else []
+    (``config.accept``): none for ``always``, :class:`TrustedAcceptance` for ``trusted``,
+    :class:`RobustAcceptance` for ``robust``."""
+    if config.accept == "trusted":
+        return [TrustedAcceptance(config.accept_factor)]
+    if config.accept == "robust":
+        return [RobustAcceptance(config.accept_particles, config.accept_quantile)]
+    return []

@@ -88,9 +88,14 @@ class RefinerConfig:
             proposal: ``always`` (the refiner's choice) | ``trusted`` (only where the refined
             plan's predicted advantage over the base proposal exceeds ``accept_factor`` times
             the twin's recent cost error, measured tick by tick on the world; see
-            :class:`~twinloop.control.hooks.TrustedAcceptance`). Each tick then records which
+            :class:`~twinloop.control.hooks.TrustedAcceptance`) | ``robust`` (only where the
+            refined plan beats the base proposal under ``accept_quantile`` of ``accept_particles``
+            parameter particles drawn from the twin's prior; see
+            :class:`~twinloop.control.hooks.RobustAcceptance`). Each tick then records which
             plan was sent and why (``TickInfo.accept``).
         accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
+        accept_particles: ``robust``: parameter particles (the nominal and prior draws).
+        accept_quantile: ``robust``: the fraction of them under which the refined plan must win.
     """
 
     num_samples: int = 64
@@ -111,6 +116,8 @@ class RefinerConfig:
     binary_actions: bool = False
     accept: str = "always"
     accept_factor: float = 1.0
+    accept_particles: int = 8
+    accept_quantile: float = 1.0
 
     def __post_init__(self):
         checked = {
@@ -124,12 +131,14 @@ class RefinerConfig:
             "prior_margin": number(self.prior_margin, "prior_margin", low=0, high=1, high_open=True),
             "actuation_delay": number(self.actuation_delay, "actuation_delay (s)", low=0),
             "accept_factor": number(self.accept_factor, "accept_factor", low=0),
+            "accept_particles": number(self.accept_particles, "accept_particles", low=2, integer=True),
+            "accept_quantile": number(self.accept_quantile, "accept_quantile", low=0, high=1, low_open=True),
         }
         for k, v in checked.items():
             object.__setattr__(self, k, v)
         choose("spline", self.spline, KINDS)
         choose("risk", self.risk, RISKS)
-        choose("accept", self.accept, ("always", "trusted"))
+        choose("accept", self.accept, ("always", "trusted", "robust"))
         if not 0 <= self.prune < 1:
             raise TwinloopError(f"prune must be in [0, 1), got {self.prune}")
         if not 0 < self.prune_keep <= 1:
@@ -314,6 +323,18 @@ class Refiner:
         dropped[idx] = False
         c[dropped] = np.inf
         return r, c, head.ok.size * split + tail.ok.size * (T - split)
+
+    def plan_costs(self, state: np.ndarray, plan: Plan, params: np.ndarray,
+                   in_flight: np.ndarray | None = None) -> np.ndarray:
+        """``(P,)`` task cost of one ``plan`` (with its detail) from ``state`` under each of the
+        ``(P, n)`` parameter particles ``params`` (``inf`` where a rollout went unstable), behind
+        the ``in_flight`` delay line as :meth:`evaluate` rolls it out."""
+        ctrl = self.basis.controls(plan.knots[None], plan.detail)
+        if self.delay_steps:
+            ctrl = through_delay_line(ctrl, self.in_flight(state, in_flight))
+        r = self.twin.rollout(state, ctrl, params)
+        c = np.asarray(self.task.cost(r), dtype=float)[:, 0]
+        return np.where(r.ok[:, 0] & np.isfinite(c), c, np.inf)
 
     def score(self, r: Rollouts) -> np.ndarray:
         """``(K,)`` cost of rollouts: the task's, aggregated over particles, plus extra costs."""
