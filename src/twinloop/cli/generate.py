@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 
 import typer
 
-from twinloop.cli.common import guard
+from twinloop.cli.common import console, guard
 from twinloop.errors import TwinloopError
 from twinloop.recipes import Recipe, load_recipe
+from twinloop.recipes.build import with_built
 from twinloop.run.config import _optional, configure, field_type, parse_sets, path_doc
 from twinloop.tasks import task_defaults
 
@@ -32,7 +33,7 @@ def resolve(cls, command: str, recipe: str | None, cli: Mapping[str, object], ta
     rec: Recipe | None = load_recipe(recipe) if recipe else None
     if rec is not None and rec.command != command:
         raise TwinloopError(f"recipe {rec.name!r} is for `twinloop {rec.command}`, not `twinloop {command}`")
-    settings = rec.settings if rec is not None else {}
+    settings = with_built(rec, console.print) if rec is not None else {}
     task = cli.get(task_path, settings.get(task_path))
     if task is None:
         task = field_default(cls, task_path)

@@ -52,6 +52,9 @@ class Recipe:
         settings: ``{field path: value}`` of the command's config.
         result: the published result it reproduces (``successes``, ``episodes``, ``source`` ...).
         path: the file it was read from.
+        needs: recipes whose outputs this one uses (a distilled checkpoint, a calibration),
+            built once into a cache folder and named in settings as ``{recipe:NAME}`` (see
+            :mod:`twinloop.recipes.build`).
     """
 
     name: str
@@ -60,6 +63,7 @@ class Recipe:
     settings: dict = field(default_factory=dict)
     result: dict = field(default_factory=dict)
     path: str = ""
+    needs: tuple[str, ...] = ()
 
     def command_line(self) -> str:
         """How to run it."""
@@ -103,10 +107,13 @@ def load_recipe(name_or_path: str) -> Recipe:
 
 
 def _recipe(name: str, data: dict, where: str) -> Recipe:
-    unknown = sorted(set(data) - {"command", "description", "config", "result"})
+    unknown = sorted(set(data) - {"command", "description", "config", "result", "needs"})
     if unknown:
         raise TwinloopError(f"recipe {where!r}: unknown keys {unknown} (expected command, description, config, "
-                            "result)")
+                            "result, needs)")
+    needs = data.get("needs", [])
+    if not isinstance(needs, list) or not all(isinstance(n, str) and n for n in needs):
+        raise TwinloopError(f"recipe {where!r}: needs must be a list of recipe names, got {needs!r}")
     command = data.get("command")
     if command not in COMMANDS:
         raise TwinloopError(f"recipe {where!r}: command must be one of {', '.join(COMMANDS)}, got {command!r}")
@@ -114,7 +121,8 @@ def _recipe(name: str, data: dict, where: str) -> Recipe:
         if key in data and not isinstance(data[key], kind):
             raise TwinloopError(f"recipe {where!r}: {key} must be a {kind.__name__}")
     return Recipe(name=name, command=command, description=data.get("description", ""),
-                  settings=_flatten(data.get("config", {})), result=dict(data.get("result", {})), path=where)
+                  settings=_flatten(data.get("config", {})), result=dict(data.get("result", {})), path=where,
+                  needs=tuple(needs))
 
 
 __all__ = ["COMMANDS", "Recipe", "load_recipe", "recipe_names"]
