@@ -85,7 +85,9 @@ class RefinerConfig:
             sent alone (``Controller(refine=False)``): a policy's soft grasp of 0.7 is sent
             closed. Off: the actions are continuous, as the task's actuator takes them.
         accept: when the synchronous controller sends the refined plan rather than the base
-            proposal: ``always`` (the refiner's choice) | ``trusted`` (only where the refined
+            proposal (default ``robust``: refinement that does no harm where the twin is wrong;
+            without a base proposal, or in real time, the refined plan is always sent):
+            ``always`` (the refiner's choice) | ``trusted`` (only where the refined
             plan's predicted advantage over the base proposal exceeds ``accept_factor`` times
             the twin's recent cost error, measured tick by tick on the world; see
             :class:`~twinloop.control.hooks.TrustedAcceptance`) | ``robust`` (only where the
@@ -114,10 +116,10 @@ class RefinerConfig:
     prior_margin: float = 0.0
     actuation_delay: float = 0.0
     binary_actions: bool = False
-    accept: str = "always"
+    accept: str = "robust"
     accept_factor: float = 1.0
     accept_particles: int = 8
-    accept_quantile: float = 1.0
+    accept_quantile: float = 0.75
 
     def __post_init__(self):
         checked = {

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from types import MappingProxyType
 
 import mujoco
 import numpy as np
@@ -78,6 +79,14 @@ class GraspTask(Task):
     # under 1.3 down to the lightest point the parameter spaces allow (0.8 g, 1 g).
     euler_step = 0.002
     binary_actions = (3,)  # the grasp command: a pinch is open or closed
+    # The planner a grasp-carry-place needs: a 1 s horizon (0.5 s sees the lift and not the
+    # place), K=64, the base's chunk rehearsed and sent exactly (its grasp command steps between
+    # ticks, which a spline fit smooths into a slipping pinch), and a refined plan sent only
+    # where it beats the base under every parameter particle (the deformables' twin is wrong
+    # in mass, stiffness and friction exactly where a refined carry differs from the base's).
+    defaults = MappingProxyType({**Task.defaults, "planner.refiner.num_samples": 64,
+                                 "planner.refiner.horizon": 1.0, "planner.refiner.exact_prior": True,
+                                 "planner.refiner.accept_quantile": 1.0})
     goal: np.ndarray
     WEIGHTS = {"keypoints": 1.0, "final_keypoints": 3.0, "hold": 1.0, "release": 0.5, "effort": 0.02}
 
