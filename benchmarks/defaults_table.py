@@ -25,8 +25,10 @@ from pathlib import Path
 from twinloop.stats import wilson
 
 TASKS = ["push-t", "block-push", "push-upright", "pivot", "peg-insert", "pusher-v5", "cloth-fold", "rope-shape"]
-WORLDS = {"shifted, world seed 0": [], "over worlds, seed 1": ["--world-per-episode", "--seed", "1"],
-          "over worlds, seed 2": ["--world-per-episode", "--seed", "2"]}
+#: row key -> (label, extra options)
+WORLDS = {"seed0": ("shifted world, world seed 0", []),
+          "over1": ("over worlds, seed 1", ["--world-per-episode", "--seed", "1"]),
+          "over2": ("over worlds, seed 2", ["--world-per-episode", "--seed", "2"])}
 
 
 def run_row(task: str, extra: list[str], episodes: int) -> dict:
@@ -72,7 +74,7 @@ def table(rows: dict) -> str:
     lines = ["| task | world | base | refined | refined Hz | rule |", "|---|---|---|---|---|---|"]
     for key, row in rows.items():
         task, world = key.split(" | ")
-        lines.append(f"| {task} | {world} | {cell(row, 'base')} | {cell(row, 'refined')} | "
+        lines.append(f"| {task} | {WORLDS[world][0]} | {cell(row, 'base')} | {cell(row, 'refined')} | "
                      f"{row['refined_control_hz']:.1f} | {verdict(row)} |")
     return "\n".join(lines)
 
@@ -91,7 +93,7 @@ def main(argv=None) -> None:
             key = f"{task} | {world}"
             if key in rows:
                 continue
-            rows[key] = run_row(task, WORLDS[world], args.episodes)
+            rows[key] = run_row(task, WORLDS[world][1], args.episodes)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"rule": "refined >= base - 1 episode; refined >= 80% where base >= 50%",
                                        "rows": rows}, indent=1))
