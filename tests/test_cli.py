@@ -39,15 +39,15 @@ def test_run_writes_the_shared_summary_schema(tmp_path):
 
 
 def test_run_rehearses_behind_the_actuation_delay_it_is_given(tmp_path):
-    s = run(tmp_path, "--no-video", "--no-record", "--actuation-delay", "0.02")
-    assert s["config"]["refiner"]["actuation_delay"] == 0.02
+    s = run(tmp_path, "--no-video", "--no-record", "--set", "planner.refiner.actuation_delay=0.02")
+    assert s["config"]["planner"]["refiner"]["actuation_delay"] == 0.02
     cfg = RunConfig(task="block-push", refiner=RefinerConfig(horizon=0.5, actuation_delay=0.02))
     assert build(cfg, check_twin=False)[3].delay_steps == 2  # 10 ms twin steps
 
 
 def test_run_plans_under_prior_particles_when_asked(tmp_path):
-    s = run(tmp_path, "--no-video", "--no-record", "--particles", "3", "--risk", "worst")
-    assert s["config"]["particles"] == 3 and s["config"]["refiner"]["risk"] == "worst"
+    s = run(tmp_path, "--no-video", "--no-record", "--particles", "3", "--set", "planner.refiner.risk=worst")
+    assert s["config"]["planner"]["particles"] == 3 and s["config"]["planner"]["refiner"]["risk"] == "worst"
     space = make_task("block-push").param_space()
     _, _, _, refiner = build(RunConfig(task="block-push", particles=3))
     assert refiner.params.shape == (3, len(space))
@@ -58,8 +58,8 @@ def test_run_plans_under_prior_particles_when_asked(tmp_path):
 
 
 def test_run_plans_with_the_knots_it_is_given(tmp_path):
-    s = run(tmp_path, "--no-video", "--no-record", "--n-knots", "3")
-    assert s["config"]["refiner"]["n_knots"] == 3
+    s = run(tmp_path, "--no-video", "--no-record", "--set", "planner.refiner.n_knots=3")
+    assert s["config"]["planner"]["refiner"]["n_knots"] == 3
 
 
 def test_a_world_seed_runs_new_episodes_in_the_same_world(tmp_path):
@@ -72,7 +72,7 @@ def test_a_world_seed_runs_new_episodes_in_the_same_world(tmp_path):
 
 def test_a_run_split_at_first_episode_runs_the_episodes_of_one_run(tmp_path):
     whole = run(tmp_path / "whole", "--no-video", "--no-record", "--episodes", "3")
-    piece = run(tmp_path / "piece", "--no-video", "--no-record", "--episodes", "1", "--first-episode", "2")
+    piece = run(tmp_path / "piece", "--no-video", "--no-record", "--episodes", "1", "--set", "experiment.first_episode=2")
     assert piece["per_episode"]["refined"] == whole["per_episode"]["refined"][2:]
 
 
@@ -107,7 +107,7 @@ def test_same_seed_same_results(tmp_path):
 
 def test_world_per_episode_gives_each_episode_its_own_world_for_both_controllers(tmp_path):
     a = run(tmp_path / "a", "--no-video", "--no-record", "--world-per-episode", "--seed", "1")
-    assert a["world_per_episode"] and a["config"]["world_per_episode"] and a["world"]["world_per_episode"]
+    assert a["world_per_episode"] and a["config"]["experiment"]["world_per_episode"] and a["world"]["world_per_episode"]
     base, refined = a["per_episode"]["base"], a["per_episode"]["refined"]
     assert [r["world_seed"] for r in base] == [r["seed"] for r in base] == [100_000, 100_001]
     assert [r["world_params"] for r in base] == [r["world_params"] for r in refined]
@@ -140,7 +140,7 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "summary.json").read_text())
     assert [r["controller"] for r in s["results"]] == ["base", "refined"]
-    assert (s["config"]["optimizer"], s["config"]["noise"]) == ("predictive", 0.05)
+    assert (s["config"]["planner"]["optimizer"], s["config"]["planner"]["noise"]) == ("predictive", 0.05)
     assert s["world"]["params"].keys() >= {"peg_friction", "peg_com_x", "arm_stiffness"}
 
 
@@ -161,9 +161,9 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--severity", "7"], "severity must be an integer >= 0 and <= 3, got 7"),
         (["--noise", "-0.1"], "MPPI noise must be a finite number > 0, got -0.1"),
         (["--particles", "-1"], "particles must be an integer >= 0, got -1"),
-        (["--prior-margin", "1.5"], "prior_margin must be a finite number >= 0 and < 1, got 1.5"),
-        (["--actuation-delay", "-0.01"], "actuation_delay (s) must be a finite number >= 0, got -0.01"),
-        (["--actuation-delay", "0.6"], "actuation_delay 0.6 s is not shorter than the horizon 0.5 s"),
+        (["--set", "planner.refiner.prior_margin=1.5"], "prior_margin must be a finite number >= 0 and < 1, got 1.5"),
+        (["--set", "planner.refiner.actuation_delay=-0.01"], "actuation_delay (s) must be a finite number >= 0, got -0.01"),
+        (["--set", "planner.refiner.actuation_delay=0.6"], "actuation_delay 0.6 s is not shorter than the horizon 0.5 s"),
         (["--world-per-episode", "--world", "nominal"], "world 'nominal' takes none"),
         (["--world-per-episode", "--world", "gym:Pusher-v5"], "world 'gym:Pusher-v5' takes none"),
         (["--world-per-episode", "--world", "remote:127.0.0.1:5555"], "world 'remote:127.0.0.1:5555' takes none"),
@@ -171,11 +171,10 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--world-per-episode", "--realtime"], "world_per_episode cannot run in real time"),
         (["--monitor", "panic"], "unknown monitor 'panic'"),
         (["--monitor", "flag", "--realtime"], "monitor='flag' watches the synchronous refined controller"),
-        (["--monitor", "flag", "--world", "bullet"], "world 'bullet' has none"),
         (["--monitor", "fallback", "--proposer", "none"], "monitor='fallback' falls back to the base proposer; "
                                                           "proposer 'none' has none"),
         (["--monitor", "adapt"], "monitor='adapt' refits the actuators' parameters; task 'block-push' has none"),
-        (["--monitor", "flag", "--monitor-episodes", "0"], "monitor_episodes must be an integer >= 1, got 0"),
+        (["--monitor", "flag", "--set", "monitor_episodes=0"], "monitor_episodes must be an integer >= 1, got 0"),
     ],
 )
 def test_bad_options_exit_with_a_clear_message(tmp_path, args, message):
@@ -221,11 +220,11 @@ def _run_the_dummy(tmp_path):
 
 def test_world_help_lists_the_registered_forms():
     out = " ".join(runner.invoke(app, ["run", "--help"]).output.split())
-    assert "gym:ENV_ID" in out and "remote:ADDRESS" in out and "--realtime" in out and "--latency-comp" in out
+    assert "gym:ENV_ID" in out and "remote:ADDRESS" in out and "--realtime" in out and "--set" in out
 
 
 def test_run_in_real_time_reports_deadline_misses_and_plan_cycles(tmp_path):
-    s = run(tmp_path, "--no-video", "--realtime", "--budget", "0.03", "--episodes", "1")
+    s = run(tmp_path, "--no-video", "--realtime", "--set", "async_control.budget=0.03", "--episodes", "1")
     refined = s["results"][1]["realtime"]
     assert refined["ticks"] > 6 and refined["cycles"] >= 1  # 6 control ticks = 60 world ticks at 100 Hz
     assert 0 <= refined["misses"] <= refined["ticks"]
@@ -264,7 +263,7 @@ def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms
     # push-upright, world seeds 0-3: seed 3's arm is 34% softer than the twin's, and the
     # monitor, calibrated on nominal episodes with the same noise and delay, sees it
     args = ["run", "--task", "push-upright", "--proposer", "open-loop", "--world-per-episode", "--episodes", "4",
-            "--max-ticks", "20", "--monitor", "flag", "--monitor-episodes", "2", "--no-video", "--no-record"]
+            "--max-ticks", "20", "--monitor", "flag", "--set", "monitor_episodes=2", "--no-video", "--no-record"]
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
@@ -281,15 +280,15 @@ def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms
 
 
 def test_run_repair_on_a_task_without_one_exits_with_its_reason(tmp_path):
-    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair", "--no-video", "--no-record"])
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--set", "grasp.repair=true", "--no-video", "--no-record"])
     assert res.exit_code == 2 and "task 'block-push' has no repair primitive" in res.output
-    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair-commit", "0.2", "--no-video"])
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--set", "grasp.commit=0.2", "--no-video"])
     assert res.exit_code == 2 and "repair_commit=0.2 needs repair=True" in res.output
-    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair-reach", "0.3", "--no-video"])
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--set", "grasp.reach=0.3", "--no-video"])
     assert res.exit_code == 2 and "repair_reach=0.3 needs repair=True" in res.output
-    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair-regrasp-reach", "0.6", "--no-video"])
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--set", "grasp.regrasp_reach=0.6", "--no-video"])
     assert res.exit_code == 2 and "repair_regrasp_reach=0.6 needs repair=True" in res.output
-    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--repair", "--repair-regrasp-reach", "-1",
+    res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path), "--set", "grasp.repair=true", "--set", "grasp.regrasp_reach=-1",
                               "--no-video"])
     assert res.exit_code == 2 and "repair_regrasp_reach must be a finite number > 0, got -1" in res.output
 
@@ -320,7 +319,7 @@ def test_run_plans_with_a_saved_posterior_when_asked(tmp_path):
     space = make_task("block-push").param_space()
     assert not np.allclose(est, space.nominal)
     s = run(tmp_path / "out", "--no-video", "--no-record", "--posterior", str(tmp_path / "posterior.json"))
-    assert s["config"]["posterior"] == str(tmp_path / "posterior.json")
+    assert s["config"]["planner"]["posterior"] == str(tmp_path / "posterior.json")
     assert len(s["planning_params"]) == 1 and list(s["planning_params"][0].values()) == pytest.approx(est.tolist())
     assert list(s["planning_params"][0]) == space.names
     refiner = build(RunConfig(task="block-push", posterior=str(tmp_path / "posterior.json")), check_twin=False)[3]

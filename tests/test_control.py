@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, ProposerSamples, Refiner, RefinerConfig
 from twinloop.errors import RefinementFailed, TwinloopError
 from twinloop.plan import Plan, make_optimizer
 from twinloop.run.experiment import run_episode
@@ -109,7 +109,7 @@ def test_proposer_samples_join_the_first_batch_of_any_optimizer_with_their_detai
 
 def test_proposal_samples_need_a_proposer_that_samples(task, twin):
     with pytest.raises(TwinloopError, match="proposal_samples=2 needs a stochastic proposer"):
-        Controller(refiner(task, twin), Proposer(task), proposal_samples=2)
+        ProposerSamples(Proposer(task), 2)
 
 
 def test_refinement_lowers_the_cost_of_a_poor_start(task, twin):

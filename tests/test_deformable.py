@@ -19,6 +19,7 @@ from twinloop.run.distill import DistillConfig, run_distill
 from twinloop.tasks import make_task
 from twinloop.tasks.cloth_fold import N, fold
 from twinloop.tasks.deformable import PlaceRepair, RepairConfig, SwingScript
+from twinloop.tasks.repair import RepairSource, repair_source
 from twinloop.tasks.rope_shape import LINK, LINKS, RADIUS_MAX, u_curve
 from twinloop.twin import MujocoTwin
 from twinloop.worlds import ShiftedWorld, SimWorld
@@ -270,10 +271,10 @@ def test_the_run_command_compares_base_and_refined_on_a_deformable(tmp_path):
 
     out = tmp_path / "run"
     res = CliRunner().invoke(app, ["run", "--task", "rope-shape", "--episodes", "1", "-k", "4", "--max-ticks", "3",
-                                   "--binary-actions", "--no-video", "--out", str(out)])
+                                   "--set", "planner.refiner.binary_actions=true", "--no-video", "--out", str(out)])
     assert res.exit_code == 0, res.output
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["config"]["refiner"]["binary_actions"] is True
+    assert summary["config"]["planner"]["refiner"]["binary_actions"] is True
     assert [r["controller"] for r in summary["results"]] == ["base", "refined"]
     assert summary["world"]["params"].keys() == set(make_task("rope-shape").param_space().names)
     assert sorted(p.name for p in (out / "episodes").iterdir()) == ["base", "refined"]
@@ -450,21 +451,23 @@ def test_run_repair_offers_the_repair_in_the_refined_controllers_first_batch(mis
     _, ctl = controller_in_world(cfg, "refined")
     assert isinstance(ctl, AsyncController) == realtime
     _, res = ctl.plan(None, misplaced_towel, None)
-    plans = [ctl.refiner.plan_from_actions(c) for c in ctl.repair.candidates(misplaced_towel, 5)]
+    plans = [ctl.refiner.plan_from_actions(c) for c in ctl.sources[0].repair.candidates(misplaced_towel, 5)]
     _, want = ctl.refiner.evaluate(misplaced_towel, np.stack([p.knots for p in plans]),
                                    detail=np.stack([p.detail for p in plans]))
     np.testing.assert_allclose(res.result.costs[1:], want, rtol=1e-9)
     np.testing.assert_allclose(res.result.offered_costs, want, rtol=1e-9)  # each offered chunk's own cost
     assert res.cost == pytest.approx(min(res.result.costs))
     base = controller_in_world(replace(cfg, proposer="scripted"), "base")[1]
-    assert base.repair is None  # the base row is the proposer alone
+    assert base.sources == ()  # the base row is the proposer alone
 
 
 def test_repair_on_a_task_without_one_is_refused():
     with pytest.raises(TwinloopError, match="task 'push-t' has no repair primitive"):
         build(RunConfig(task="push-t", repair=True), check_twin=False)
     with pytest.raises(TwinloopError, match="repair object has no candidates"):
-        Controller(build(RunConfig(task="cloth-fold"), check_twin=False)[3], repair=object())
+        RepairSource(object())
+    with pytest.raises(TwinloopError, match="candidate source object has no offer"):
+        Controller(build(RunConfig(task="cloth-fold"), check_twin=False)[3], sources=[object()])
 
 
 def test_a_point_held_on_its_goal_is_let_go_at_once(cloth):
@@ -598,8 +601,9 @@ def scripted_refine(ctl, script):
 def test_a_committed_repair_is_carried_on_until_a_plan_beats_it_by_the_margin(misplaced_towel, commit):
     cfg = RunConfig(task="cloth-fold", proposer="none", video=False, record=False,
                     refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
-    ctl = Controller(controller_in_world(cfg, "refined")[1].refiner, None, repair=StubRepair(make_task("cloth-fold"), commit))
-    whole = ctl.repair.candidates(misplaced_towel, ctl.task.max_ticks)
+    ctl = Controller(controller_in_world(cfg, "refined")[1].refiner, None,
+                     sources=[repair_source(StubRepair(make_task("cloth-fold"), commit))])
+    whole = ctl.sources[0].repair.candidates(misplaced_towel, ctl.task.max_ticks)
     # tick 1: repair 1 is cheapest and sent; tick 2: the plan beats it by 10% (< 20%);
     # tick 3: by 50%; tick 4: the repairs are back to a plain comparison
     scripted_refine(ctl, [(1.0, [0.95, 0.9]), (1.0, [1.1, 2.0, 2.0]), (1.0, [1.5, 2.0, 2.0]), (1.0, [1.1, 2.0])])
@@ -615,11 +619,11 @@ def test_a_committed_repair_is_carried_on_until_a_plan_beats_it_by_the_margin(mi
 def test_a_committed_repair_ends_when_its_chunk_is_spent(cloth, misplaced_towel):
     cfg = RunConfig(task="cloth-fold", proposer="none", video=False, record=False,
                     refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
-    ctl = Controller(controller_in_world(cfg, "refined")[1].refiner, None, repair=StubRepair(cloth, 0.5, moving=3))
+    ctl = Controller(controller_in_world(cfg, "refined")[1].refiner, None, sources=[repair_source(StubRepair(cloth, 0.5, moving=3))])
     scripted_refine(ctl, [(1.0, [0.9, 2.0])] + [(1.0, [1.1, 2.0, 2.0])] * 3)
     n_offered = []
     for _ in range(4):
-        n_offered.append(len(ctl._repairs(misplaced_towel)))
+        n_offered.append(len(ctl.offers(None, misplaced_towel).plans))
         ctl.plan(None, misplaced_towel, None)
     assert n_offered == [2, 3, 3, 2]  # the rest offered while it still moves, then not
 
@@ -629,9 +633,11 @@ def test_repair_reach_and_commit_reach_the_controller(misplaced_towel):
     cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, repair_reach=0.5, repair_commit=0.2,
                     video=False, record=False, refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
     ctl = controller_in_world(cfg, "refined")[1]
-    assert ctl.commit == 0.2 and ctl.repair.config.reach == 0.5
-    assert len(ctl.repair.candidates(start, 5)) == 4  # 42 cm from its goal: within 0.5 m, not 12 cm
-    assert controller_in_world(replace(cfg, repair_reach=None, repair_commit=None), "refined")[1].commit is None
+    source = ctl.sources[0]
+    assert source.commit == 0.2 and source.repair.config.reach == 0.5 and ctl.hooks == (source,)
+    assert len(source.repair.candidates(start, 5)) == 4  # 42 cm from its goal: within 0.5 m, not 12 cm
+    plain = controller_in_world(replace(cfg, repair_reach=None, repair_commit=None), "refined")[1]
+    assert type(plain.sources[0]) is RepairSource and plain.hooks == ()
     for bad, match in [(dict(repair_reach=None, repair=False), "repair_commit=0.2 needs repair=True"),
                        (dict(repair_commit=None, repair=False), "repair_reach=0.5 needs repair=True"),
                        (dict(repair_commit=-1.0), "repair_commit must be a finite number >= 0, got -1"),
@@ -640,7 +646,7 @@ def test_repair_reach_and_commit_reach_the_controller(misplaced_towel):
         with pytest.raises(TwinloopError, match=match):
             replace(cfg, **bad)
     with pytest.raises(TwinloopError, match="asynchronous controller plans between ticks"):
-        AsyncController(ctl.refiner, None, repair=ctl.repair)
+        AsyncController(ctl.refiner, None, sources=ctl.sources)
     with pytest.raises(TwinloopError, match="RepairConfig.commit must be a finite number >= 0, got -0.5"):
         RepairConfig(commit=-0.5)
 
@@ -664,9 +670,10 @@ def test_a_regrasp_reach_re_grasps_a_point_let_go_far_off_but_places_only_within
 def test_repair_regrasp_reach_reaches_the_controller_and_bad_values_are_refused():
     cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, repair_reach=0.3, repair_regrasp_reach=0.6,
                     video=False, record=False, refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
-    rep = controller_in_world(cfg, "refined")[1].repair
+    rep = controller_in_world(cfg, "refined")[1].sources[0].repair
     assert rep.config.reach == 0.3 and rep.config.regrasp_reach == 0.6
-    assert controller_in_world(replace(cfg, repair_regrasp_reach=None), "refined")[1].repair.config.regrasp_reach is None
+    plain = controller_in_world(replace(cfg, repair_regrasp_reach=None), "refined")[1]
+    assert plain.sources[0].repair.config.regrasp_reach is None
     for bad, match in [(dict(repair_reach=None, repair=False), "repair_regrasp_reach=0.6 needs repair=True"),
                        (dict(repair_regrasp_reach=-0.2), "repair_regrasp_reach must be a finite number > 0, got -0.2"),
                        (dict(repair_regrasp_reach=0.0), "repair_regrasp_reach must be a finite number > 0, got 0")]:
@@ -696,7 +703,7 @@ def test_the_observer_tracks_a_carried_towel_closer_than_the_stateless_estimate(
     obs_est = cloth.observer()
     stateless, observed = [], []
     for k, (truth, obs, a) in enumerate(observed_episode(cloth, ShiftedWorld(cloth, severity=2, seed=0), 12)):
-        s = obs_est(obs)
+        s = obs_est.estimate(obs)
         if k == 0:  # nothing to predict from yet: the stateless estimate
             np.testing.assert_array_equal(s, cloth.state_from_obs(obs))
         obs_est.sent(a)
@@ -714,14 +721,14 @@ def test_the_observer_tracks_a_carried_towel_closer_than_the_stateless_estimate(
 def test_the_observer_forgets_its_estimate_at_reset_and_without_an_action_sent(cloth):
     (_, obs_a, a), (_, obs_b, _) = observed_episode(cloth, SimWorld(cloth), 2)
     o = cloth.observer()
-    o(obs_a)
+    o.estimate(obs_a)
     o.sent(a)
-    predicted = o(obs_b)
+    predicted = o.estimate(obs_b)
     assert not np.allclose(predicted, cloth.state_from_obs(obs_b))
     o.reset()
-    np.testing.assert_array_equal(o(obs_b), cloth.state_from_obs(obs_b))
-    o(obs_a)  # no action sent since: nothing to predict with
-    np.testing.assert_array_equal(o(obs_b), cloth.state_from_obs(obs_b))
+    np.testing.assert_array_equal(o.estimate(obs_b), cloth.state_from_obs(obs_b))
+    o.estimate(obs_a)  # no action sent since: nothing to predict with
+    np.testing.assert_array_equal(o.estimate(obs_b), cloth.state_from_obs(obs_b))
 
 
 def test_the_observer_predicts_under_the_parameters_it_is_given(cloth):
@@ -732,7 +739,7 @@ def test_the_observer_predicts_under_the_parameters_it_is_given(cloth):
     states = []
     for params in (None, heavy):
         o = cloth.observer(params)
-        o(obs_a)
+        o.estimate(obs_a)
         o.sent(a)
         states.append(o.predict())
     assert not np.allclose(states[0], states[1])
@@ -742,14 +749,14 @@ class SpyObserver:
     def __init__(self, task):
         self.task, self.calls = task, []
 
-    def __call__(self, obs):
+    def estimate(self, obs):
         self.calls.append("obs")
         return self.task.state_from_obs(obs)
 
     def sent(self, action):
         self.calls.append("sent")
 
-    def reset(self):
+    def reset(self, seed=None):
         self.calls.append("reset")
 
 
@@ -757,22 +764,22 @@ def test_a_controller_reads_its_state_from_its_observer_and_tells_it_each_action
     refiner = Refiner(cloth, MujocoTwin(cloth.model, nthread=1), make_optimizer("mppi"),
                       RefinerConfig(num_samples=4, horizon=0.4))
     spy = SpyObserver(cloth)
-    ctl = Controller(refiner, cloth.default_proposer(), observer=spy)
+    ctl = Controller(refiner, cloth.default_proposer(), estimator=spy)
     world = SimWorld(cloth)
     obs = world.reset(3)
     ctl.reset(3)
     for _ in range(2):
         obs, _ = world.step(ctl.act(obs))
     assert spy.calls == ["reset", "obs", "sent", "obs", "sent"]
-    with pytest.raises(TwinloopError, match="observer"):
-        Controller(refiner, observer=object())
+    with pytest.raises(TwinloopError, match="state estimator object needs estimate"):
+        Controller(refiner, estimator=object())
 
 
 def test_run_observer_reaches_the_refined_controller_only_and_is_refused_where_it_cannot_run():
     cfg = RunConfig(task="cloth-fold", observer=True, refiner=RefinerConfig(num_samples=4, horizon=0.4))
-    assert type(controller_in_world(cfg, "refined")[1].observer).__name__ == "KeypointObserver"
-    assert controller_in_world(cfg, "base")[1].observer is None
-    assert controller_in_world(replace(cfg, observer=False), "refined")[1].observer is None
+    assert type(controller_in_world(cfg, "refined")[1].estimator).__name__ == "KeypointObserver"
+    assert type(controller_in_world(cfg, "base")[1].estimator).__name__ == "ObservationMap"
+    assert type(controller_in_world(replace(cfg, observer=False), "refined")[1].estimator).__name__ == "ObservationMap"
     with pytest.raises(TwinloopError, match="no stateful observer"):
         build(RunConfig(task="push-t", observer=True), check_twin=False)
     with pytest.raises(TwinloopError, match="realtime=True"):
@@ -787,14 +794,14 @@ def test_the_observer_estimates_an_episode_the_same_whatever_ran_before(cloth):
     def estimates(o):
         out = []
         for _, obs, a in ep:
-            out.append(o(obs))
+            out.append(o.estimate(obs))
             o.sent(a)
         return np.array(out)
 
     fresh = estimates(cloth.observer())
     used = cloth.observer()
     for _, obs, a in observed_episode(cloth, SimWorld(cloth), 6, seed=7):  # another episode first
-        used(obs)
+        used.estimate(obs)
         used.sent(a)
     used.reset()
     np.testing.assert_array_equal(estimates(used), fresh)

@@ -283,11 +283,11 @@ def test_run_command_takes_a_language_model_optimizer(tmp_path):
     out = tmp_path / "out"
     with ChatServer([reply([PLAN])]) as srv:
         res = CliRunner().invoke(app, [
-            "run", "--task", "block-push", "--optimizer", "llm+mppi", "--llm-base-url", srv.base_url,
-            "--llm-model", "scripted", "--iterations", "2", "-k", "8", "--episodes", "1", "--max-ticks", "2",
+            "run", "--task", "block-push", "--optimizer", "llm+mppi", "--set", f"planner.llm.base_url={srv.base_url}",
+            "--set", "planner.llm.model=scripted", "--iterations", "2", "-k", "8", "--episodes", "1", "--max-ticks", "2",
             "--world", "nominal", "--no-video", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert len(srv.requests) == 2
     info = Dataset(out / "episodes" / "refined").read(0).refine["optimizer_info"]
     assert [i["calls"] for i in info] == [1, 1]
-    assert json.loads((out / "summary.json").read_text())["config"]["llm"]["model"] == "scripted"
+    assert json.loads((out / "summary.json").read_text())["config"]["planner"]["llm"]["model"] == "scripted"

@@ -8,7 +8,7 @@ import pytest
 
 from twinloop.calib import GapMonitor, MonitorConfig, record_trajectory
 from twinloop.calib.windows import StateError
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, GapWatch, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.tasks import make_task
@@ -76,18 +76,19 @@ def test_widening_spreads_particles_around_their_mean(task, monitor):
 def _controller(task, twin, monitor, action):
     refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=12, horizon=0.5, seed=0))
     m = GapMonitor(task, twin, monitor.error, monitor.threshold, MonitorConfig(action=action, refit_ticks=2))
-    return Controller(refiner, task.default_proposer(), monitor=m)
+    return Controller(refiner, task.default_proposer(), hooks=[GapWatch(m)])
 
 
 @pytest.mark.parametrize("action", ["widen", "fallback", "refit"])
 def test_the_controller_acts_on_an_alarm_and_says_why(task, twin, monitor, action):
     world = ChangingWorld(task, change_at=3, factors={"block_friction": 3.0, "block_mass": 3.0})
     ctl = _controller(task, twin, monitor, action)
-    ctl.monitor.threshold = 1e-9  # every score alarms: the test is about the response
+    watch = ctl.hooks[0]
+    watch.monitor.threshold = 1e-9  # every score alarms: the test is about the response
     obs = world.reset(7)
     ctl.reset(7)
     reasons = []
-    for _ in range(ctl.monitor.config.window + 4):
+    for _ in range(watch.monitor.config.window + 4):
         obs, _ = world.step(ctl.act(obs))
         reasons.append(ctl.last.alarm)
         assert np.isfinite(ctl.last.gap) or len(reasons) < 2
@@ -99,15 +100,15 @@ def test_the_controller_acts_on_an_alarm_and_says_why(task, twin, monitor, actio
     if action == "fallback":
         assert ctl.last.result is None and "base proposer" in ctl.last.alarm  # the proposer alone now
     ctl.reset(8)
-    assert ctl.refiner.params is None and not ctl.monitor.alarms  # the episode's changes are undone
-    ctl.monitor.close()
+    assert ctl.refiner.params is None and not watch.monitor.alarms  # the episode's changes are undone
+    watch.monitor.close()
 
 
 def test_a_fallback_monitor_without_a_proposer_is_refused(task, twin, monitor):
     refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=8, horizon=0.3))
     m = GapMonitor(task, twin, monitor.error, monitor.threshold, MonitorConfig(action="fallback"))
     with pytest.raises(TwinloopError, match="fallback"):
-        Controller(refiner, None, monitor=m)
+        Controller(refiner, None, hooks=[GapWatch(m)])
 
 
 def test_adapt_refits_the_arms_gain_toward_a_softer_worlds_and_leaves_the_rest():
@@ -123,7 +124,7 @@ def test_adapt_refits_the_arms_gain_toward_a_softer_worlds_and_leaves_the_rest()
     moving = record_trajectory(world, lambda o, _k: task.action_at([0.0, 0.0, 0.05]), 0, 5)  # what the error compares
     m = GapMonitor(task, twin, StateError.for_task(task, [moving]), 1e9, cfg)  # never alarms
     ctl = Controller(Refiner(task, twin, make_optimizer("predictive"), RefinerConfig(num_samples=4, horizon=0.3)),
-                     task.default_proposer(), refine=False, monitor=m)
+                     task.default_proposer(), refine=False, hooks=[GapWatch(m)])
     obs = world.reset(3)
     ctl.reset(3)
     for _ in range(cfg.adapt_at + cfg.refit_ticks + 1):
@@ -137,3 +138,16 @@ def test_adapt_refits_the_arms_gain_toward_a_softer_worlds_and_leaves_the_rest()
     ctl.reset(0)
     assert ctl.refiner.params is None  # the next episode starts from the twin's own values
     m.close()
+
+
+def test_the_nominal_threshold_does_not_depend_on_the_twins_timestep():
+    # a 10 ms twin takes 10 steps per 0.1 s tick, not the 5 ms scene's 20: holding the action
+    # for the scene's substeps predicted two ticks ahead and raised the threshold ~60x
+    task = make_task("push-t")
+    nominal = ChangingWorld(task, change_at=None)
+    eps = [record_trajectory(nominal, task.excitation(s), s, TICKS) for s in range(6)]
+    fine, coarse = (GapMonitor.from_nominal(task, make_twin("mujoco", task.model, task.param_space(), timestep=dt),
+                                            eps, MonitorConfig()) for dt in (0.005, 0.01))
+    assert coarse.substeps == 10 and fine.substeps == 20
+    # the coarse twin integrates contacts a little differently: within a factor 1.5
+    assert 1 / 1.5 < coarse.threshold / fine.threshold < 1.5

@@ -307,9 +307,9 @@ def _fit(problem: WindowProblem, cfg: CalibConfig, x0: np.ndarray,
     """One fit of ``problem`` from ``x0`` within ``cfg.max_evals``: the delay (when not given)
     and errors in variables judged at ``x0``, then again at the half-budget fit. Returns the
     final problem, the fit, the evaluations spent and whether errors in variables was on."""
-    task, space = problem.task, problem.space
+    space = problem.space
     fit = METHODS[cfg.method]
-    delays = list(range(0, min(cfg.max_delay_steps, cfg.window * task.substeps - 1) + 1))
+    delays = list(range(0, min(cfg.max_delay_steps, cfg.window * problem.substeps - 1) + 1))
     spent = 0
     if cfg.delay_steps is None:
         d, n = best_delay(problem, x0, delays)

@@ -29,7 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twinloop.calib.windows import StateError, as_trajectories, make_windows, window_rollout_states
+from twinloop.calib.windows import (
+    StateError,
+    as_trajectories,
+    make_windows,
+    twin_substeps,
+    window_rollout_states,
+)
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.tasks.base import Task
 from twinloop.twin.base import check_twin_scene
@@ -234,7 +240,7 @@ def transitions(task: Task, episodes: Sequence, params=None, *, twin=None, space
     X, Y = [], []
     p = None if params is None else np.atleast_2d(space.check(np.asarray(params, dtype=float)))
     for w in make_windows(trajs, 1):
-        pred, ok = window_rollout_states(twin, w, task.substeps, p)
+        pred, ok = window_rollout_states(twin, w, twin_substeps(task, twin), p)
         start = w.starts[:, None]
         X.append(err(w.targets, start)[ok[0], 0])
         Y.append(err(pred[0], start)[ok[0], 0])

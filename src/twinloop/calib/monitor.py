@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twinloop.calib.fit import CalibConfig, calibrate
-from twinloop.calib.windows import StateError, Trajectory, as_trajectories
+from twinloop.calib.windows import StateError, Trajectory, as_trajectories, twin_substeps
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
@@ -127,7 +127,7 @@ class GapMonitor:
     """Compares each tick's one-tick twin prediction with what the world then reported.
 
     Args:
-        task: the task (substeps, obs -> state).
+        task: the task (control period, obs -> state).
         twin: a twin of ``task.model`` with ``rollout_many`` (the refiner's).
         error: the compared components and their units.
         threshold: alarm level of the running score (see :meth:`from_nominal`).
@@ -138,6 +138,7 @@ class GapMonitor:
         self.task, self.twin, self.error = task, twin, error
         self.threshold = number(threshold, "threshold", low=0, low_open=True)
         self.config = config or MonitorConfig()
+        self.substeps = twin_substeps(task, twin)
         self._pool: ThreadPoolExecutor | None = None
         self.reset()
 
@@ -171,8 +172,9 @@ class GapMonitor:
 
     def tick_errors(self, before: np.ndarray, actions: np.ndarray, after: np.ndarray, params=None) -> np.ndarray:
         """``(B,)`` per-tick gap ``e_t`` of transitions ``before (B, nstate)`` -> ``after`` under
-        ``actions (B, nu)`` held one tick (mean prediction over the particles ``params``)."""
-        ctrl = np.repeat(np.asarray(actions, float)[:, None], self.task.substeps, axis=1)
+        ``actions (B, nu)`` held one control tick (:attr:`substeps` of the twin's own timestep),
+        the mean prediction over the particles ``params``."""
+        ctrl = np.repeat(np.asarray(actions, float)[:, None], self.substeps, axis=1)
         r = self.twin.rollout_many(np.asarray(before, float), ctrl, params, sensors=False)
         m = self.twin.model
         pred = np.concatenate([r.qpos[:, :, -1], r.qvel[:, :, -1], np.zeros((*r.qpos.shape[:2], m.na))], axis=-1)

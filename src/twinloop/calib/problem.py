@@ -18,7 +18,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from twinloop.calib.windows import StateError, Windows, window_controls, window_rollout_states
+from twinloop.calib.windows import (
+    StateError,
+    Windows,
+    twin_substeps,
+    window_controls,
+    window_rollout_states,
+)
 from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
 from twinloop.tasks.base import Task
@@ -76,7 +82,8 @@ class WindowProblem:
 
     @property
     def substeps(self) -> int:
-        return self.task.substeps
+        """The twin's physics steps per control tick (fewer than the scene's for a coarser twin)."""
+        return twin_substeps(self.task, self.twin)
 
     @property
     def size(self) -> int:

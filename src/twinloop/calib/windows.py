@@ -339,6 +339,16 @@ class StateError:
         return (d / self.scale)[..., self.mask]
 
 
+def twin_substeps(task: Task, twin) -> int:
+    """The twin's physics steps per control tick: ``task.control_period / twin.dt`` (a twin
+    coarser than the scene takes fewer steps per tick than ``task.substeps``)."""
+    n = task.control_period / twin.dt
+    if abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
+        raise TwinloopError(f"the twin's timestep {twin.dt:g} s does not divide task {task.name!r}'s control "
+                            f"period {task.control_period:g} s")
+    return int(round(n))
+
+
 def window_controls(windows: Windows, substeps: int, delay: float = 0) -> np.ndarray:
     """``(B, L * substeps, nu)`` controls per physics step: each action held for its tick,
     reaching the actuators ``delay`` physics steps late (the action before the window fills in;
@@ -384,4 +394,5 @@ def record_trajectory(world, policy: Callable[[np.ndarray, int], np.ndarray], se
 
 
 __all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "free_starts", "make_windows", "quiet_starts",
-           "record_trajectory", "split_episodes", "state_units", "window_controls", "window_rollout_states"]
+           "record_trajectory", "split_episodes", "state_units", "twin_substeps", "window_controls",
+           "window_rollout_states"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -10,22 +9,18 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from twinloop.calib.fit import METHODS, CalibConfig
 from twinloop.calib.fit import calibrate as fit
-from twinloop.calib.gap import METRICS
 from twinloop.cli.common import (
-    NOISE_HELP,
     console,
     executor_options,
     guard,
     one_of,
-    optimizer_help,
     progress_bar,
 )
+from twinloop.cli.generate import config_command
 from twinloop.data import Dataset, load_lerobot
 from twinloop.errors import TwinloopError, number
 from twinloop.io import out_mode, output_folder, write_json
 from twinloop.params import KINDS, ParamSpace
-from twinloop.plan import OPTIMIZERS
-from twinloop.policies import PROPOSERS
 from twinloop.run.executor import EXECUTORS
 from twinloop.run.rsr import RSRConfig, RSRLoop, rsr_table
 from twinloop.tasks import TASKS, make_task
@@ -87,7 +82,7 @@ def load_episodes(task: str | None, dataset: str, lerobot: bool, column_map: str
 
 
 c = CalibConfig()  # defaults shown by the options below
-r = RSRConfig()
+
 
 
 @guard
@@ -151,46 +146,47 @@ def calibrate(
     console.print(f"wrote {o / 'summary.json'}, {o / 'posterior.json'}")
 
 
-@guard
-def rsr(
-    task: str = typer.Option(r.task, help=one_of(TASKS)),
-    severity: int = typer.Option(r.severity, help="ShiftedWorld severity 0-3."),
-    world_seed: int = typer.Option(r.world_seed, help="Seed of the world's hidden physics."),
-    rounds: int = typer.Option(r.rounds, "--rounds", "--iterations", help="Collect -> calibrate -> evaluate rounds (--iterations: the old name)."),
-    episodes: int = typer.Option(r.episodes, help="Episodes collected per round."),
-    eval_episodes: int = typer.Option(r.eval_episodes, help="Episodes evaluated per round."),
-    max_ticks: int = typer.Option(r.max_ticks or 0, help="Episode length in ticks (0: the task's)."),
-    beta: float = typer.Option(r.beta, help="InfoGap weight while collecting (0: task cost only)."),
-    params: str = typer.Option("", help="Parameters to calibrate, comma-separated (default: all)."),
-    particles: int = typer.Option(r.particles, help="Parameter particles the collecting controller plans under."),
-    method: str = typer.Option(r.calib.method, help=one_of(METHODS)),
-    window: int = typer.Option(r.calib.window, help="Calibration window (ticks)."),
-    max_evals: int = typer.Option(r.calib.max_evals, help="Calibration budget per round."),
-    errors_in_variables: bool = typer.Option(r.calib.errors_in_variables, help="Calibration treats window starts as noisy observations (default: when the budget affords it)."),
-    gap_metric: str = typer.Option(r.gap.metric, help=one_of(METRICS)),
-    proposer: str = typer.Option(r.proposer, help=one_of(PROPOSERS)),
-    optimizer: str = typer.Option(None, help=optimizer_help(OPTIMIZERS)),
-    noise: float = typer.Option(0.0, help=NOISE_HELP),
-    num_samples: int = typer.Option(r.refiner.num_samples, "--num-samples", "-k", help="Candidates per refine (K)."),
-    horizon: float = typer.Option(r.refiner.horizon, help="Planning horizon (s)."),
-    seed: int = typer.Option(r.seed),
-    out: str = typer.Option("twinloop-rsr", help="Output folder; must be new or empty unless --resume / --overwrite."),
-    resume: bool = typer.Option(False, help="Continue the unfinished run in --out (same options)."),
-    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
-    executor: str = typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results)."),
-    address: str = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
-):
-    """The Real-Sim-Real loop on a ShiftedWorld: collect (InfoGap) -> calibrate -> evaluate."""
-    cfg = RSRConfig(task=task, severity=severity, world_seed=world_seed, rounds=rounds,
-                    episodes=episodes, eval_episodes=eval_episodes, max_ticks=max_ticks or None, beta=beta,
-                    params=_names(params), particles=particles,
-                    calib=replace(r.calib, method=method, window=window, max_evals=max_evals,
-                                  errors_in_variables=errors_in_variables),
-                    gap=replace(r.gap, metric=gap_metric), proposer=proposer, optimizer=optimizer, noise=noise or None,
-                    refiner=replace(r.refiner, num_samples=num_samples, horizon=horizon), seed=seed)
+RSR_OPTIONS = {
+    "experiment.task": ("task",),
+    "experiment.severity": ("severity",),
+    "experiment.world_seed": ("world-seed",),
+    "rounds": ("rounds", "--iterations"),
+    "experiment.episodes": ("episodes",),
+    "eval_episodes": ("eval-episodes",),
+    "experiment.max_ticks": ("max-ticks",),
+    "beta": ("beta",),
+    "params": ("params",),
+    "planner.particles": ("particles",),
+    "calib.method": ("method",),
+    "calib.window": ("window",),
+    "calib.max_evals": ("max-evals",),
+    "calib.errors_in_variables": ("errors-in-variables",),
+    "gap.metric": ("gap-metric",),
+    "proposer": ("proposer",),
+    "planner.optimizer": ("optimizer",),
+    "planner.noise": ("noise",),
+    "planner.refiner.num_samples": ("num-samples", "-k"),
+    "planner.refiner.horizon": ("horizon",),
+    "experiment.seed": ("seed",),
+    "experiment.out": ("out",),
+}
+
+
+def _rsr_body(cfg: RSRConfig, sources: dict, recipe, *, resume: bool, overwrite: bool, executor: str,
+              address: str | None) -> None:
     with executor_options(executor, address) as ex:
-        loop = RSRLoop(cfg, out, mode=out_mode(resume, overwrite), executor=ex)
+        loop = RSRLoop(cfg, cfg.experiment.out, mode=out_mode(resume, overwrite), executor=ex)
         _run_rsr(loop, cfg)
+
+
+rsr = config_command(
+    RSRConfig, "rsr", RSR_OPTIONS, _rsr_body,
+    extra={"resume": (bool, typer.Option(False, help="Continue the unfinished run in --out (same options).")),
+           "overwrite": (bool, typer.Option(False, help="Replace an earlier twinloop output in --out.")),
+           "executor": (str, typer.Option("serial", help=one_of(EXECUTORS, "Where episodes run:") + " (same results).")),
+           "address": (str | None, typer.Option(None, help="Ray cluster address (default: a local Ray instance)."))},
+    doc="""The Real-Sim-Real loop on a ShiftedWorld: collect (InfoGap) -> calibrate -> evaluate. The
+    collecting controller's planner starts from the task's defaults, as `twinloop run` does.""")
 
 
 def _run_rsr(loop: RSRLoop, cfg: RSRConfig) -> None:

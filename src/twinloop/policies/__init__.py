@@ -5,6 +5,11 @@ machinery the planar tasks share is :class:`PointPusher`. ``make_proposer(task, 
 **options)`` builds a proposer by registry name (the CLI's ``--proposer`` choices come from
 :data:`PROPOSERS`); ``noise=`` wraps any of them in :class:`NoisyProposer`. ``open-loop`` is the
 task's script planned once against the nominal physics and replayed (:class:`OpenLoopProposer`).
+
+A user's own proposer needs no registration: ``path/to/file.py:MyPolicy`` or
+``my_pkg.policies:MyPolicy`` (a class or function called as ``factory(task, **options)``, returning
+an object with ``propose(obs, state) -> (H, nu)`` and optionally ``reset(seed)``), or an installed
+entry point of group ``twinloop.proposers`` (:mod:`twinloop.plugins`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from collections.abc import Callable
 import mujoco
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array, choose, number
+from twinloop import plugins
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 
 
@@ -131,17 +137,42 @@ class OpenLoopProposer:
         return out
 
 
+def proposer_factory(name: str) -> Callable:
+    """The factory of proposer ``name``: a registered name, an installed entry point of group
+    ``twinloop.proposers``, ``path/to/file.py:Name`` or ``package.module:Name``."""
+    if not isinstance(name, str):
+        raise TwinloopError(f"proposer must be a name (str), got {type(name).__name__}")
+    if name in PROPOSERS:
+        return PROPOSERS[name]
+    f = plugins.entry_point("proposer", name)
+    if f is None and plugins.is_spec(name):
+        f = plugins.load_object(name, "proposer")
+    if f is None:
+        raise plugins.unknown("proposer", name, PROPOSERS)
+    if not callable(f):
+        raise TwinloopError(f"proposer {name!r} is a {type(f).__name__}, not a class or function taking the task")
+    return f
+
+
+def check_proposer(name: str) -> str:
+    """``name`` if it names a proposer (see :func:`proposer_factory`; nothing is built)."""
+    proposer_factory(name)
+    return name
+
+
 def make_proposer(task, name: str, noise: float = 0.0, **options):
     """The base proposer ``name`` for ``task`` (``None`` for ``none``); ``options`` go to its
     factory (``checkpoint=`` for ``distilled``); ``noise > 0`` wraps it in :class:`NoisyProposer`."""
-    choose("proposer", name, tuple(PROPOSERS))
-    factory = PROPOSERS[name]
+    factory = proposer_factory(name)
     try:
         inspect.signature(factory).bind(task, **options)
     except TypeError as exc:
         raise TwinloopError(f"proposer {name!r} does not take option(s) {sorted(options)}") from exc
     proposer = factory(task, **options)
+    if proposer is not None and not callable(getattr(proposer, "propose", None)):
+        raise TwinloopError(f"proposer {name!r} made a {type(proposer).__name__}, which has no propose(obs, state)")
     return NoisyProposer(task, proposer, noise) if noise else proposer
 
 
-__all__ = ["PROPOSERS", "NoisyProposer", "OpenLoopProposer", "PointPusher", "ScriptedConfig", "make_proposer", "pusher_excitation"]
+__all__ = ["PROPOSERS", "NoisyProposer", "OpenLoopProposer", "PointPusher", "ScriptedConfig", "check_proposer",
+           "make_proposer", "proposer_factory", "pusher_excitation"]

@@ -46,18 +46,20 @@ from pathlib import Path
 import numpy as np
 
 from twinloop.calib.fit import CalibConfig
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, ProposerSamples, Refiner
 from twinloop.data import Dataset, EpisodeRecorder
 from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies.distilled import DistilledPolicy, PolicyConfig
-from twinloop.run.compare import refiner_twin
+from twinloop.run.build import refiner_twin
+from twinloop.run.config import composed
 from twinloop.run.evaluate import NOMINAL_TWIN, TwinEstimate, calibrated_twin, calibration_record
 from twinloop.run.experiment import EpisodeResult, run_episodes, summarize
+from twinloop.run.sections import ExperimentConfig, PlannerConfig
 from twinloop.stats import wilson
-from twinloop.tasks import make_task, task_preferences
+from twinloop.tasks import make_task
 from twinloop.viz.plots import plot_comparison, plot_rounds
 from twinloop.worlds import make_world
 from twinloop.worlds.shifted import shift_settings
@@ -75,36 +77,36 @@ PRIOR_TWINS = "prior"
 Progress = Callable[[str, int, int], None]
 
 
+@composed({"posterior": "twin_worlds"})
 @dataclass(frozen=True)
 class DistillConfig:
-    """Every choice of a distill run (``twinloop distill`` mirrors these fields).
+    """Every choice of a distill run (``twinloop distill``'s options are generated from these fields).
+
+    The planner and the experiment are the sections ``twinloop run`` uses, with its defaults
+    (the task's, K=32, 0.5 s horizon, 10 ms twin steps); flat construction reaches their fields
+    (``DistillConfig(task="pivot", episodes=2)``; ``posterior=`` sets ``twin_worlds``).
 
     Attributes:
-        task: a registered task.
-        world: world the policies are evaluated in (and world data come from): ``shifted`` |
-            ``nominal``.
-        severity: ShiftedWorld severity (0-3).
-        refiner: the refiner's knobs; ``refiner.num_samples`` is K. The default is the demo's
-            (K=32, 0.5 s horizon).
-        twin_timestep: the refiners' twin timestep (s), as ``twinloop run``'s (10 ms).
-        optimizer: a registered optimizer (``None``: the task's, :attr:`Task.optimizer
-            <twinloop.tasks.Task.optimizer>`).
-        noise: its sampling noise, a fraction of each action's half-range (``None``: the
-            task's, :attr:`Task.sampling_noise <twinloop.tasks.Task.sampling_noise>`, else the
-            optimizer's default).
+        experiment: the task, the world the policies are evaluated in and world data come from
+            (``shifted`` | ``nominal``, its ``severity``; its hidden physics seeded by
+            ``world_seed``, ``None``: ``seed``), evaluation episodes per controller (the same
+            seeds every round), their length, the seed of episodes, calibration and training, and
+            the output folder (:class:`~twinloop.run.sections.ExperimentConfig`).
+        planner: the teacher's and the evaluated controllers' planner
+            (:class:`~twinloop.run.sections.PlannerConfig`); ``refiner.num_samples`` is K.
         proposal_samples: policy samples offered to the refiner each tick (they join the first
             batch of any optimizer; see :meth:`~twinloop.control.Refiner.refine`).
         calib: calibration of the twin-worlds the twin data come from.
         calib_episodes: excitation episodes recorded in the world for it.
         calib_ticks: their length (ticks).
-        posterior: a saved posterior (``posterior.json``) to use instead of calibrating;
+        twin_worlds: a saved posterior (``posterior.json``) to use instead of calibrating;
             ``"nominal"``: no calibration, every twin-world is the nominal twin (nominal
             parameters, no delay, no observation noise): a policy trained on the model alone;
             ``"prior"`` (:data:`PRIOR_TWINS`): no calibration either, each twin-world draws its
             parameters from the task's prior (:meth:`~twinloop.params.ParamSpace.sample_prior`,
             seeded by ``seed`` and the world's index; no delay, no observation noise): domain
             randomization, a policy trained on a spread of models and none fitted to the world.
-        prior_shift: with ``posterior="prior"`` or ``"nominal"``, each twin-world also draws a
+        prior_shift: with ``twin_worlds="prior"`` or ``"nominal"``, each twin-world also draws a
             shift level 0-3 (uniformly, from the same seeded stream) and takes that level's
             actuation delay and observation noise (:func:`~twinloop.worlds.shifted.shift_settings`:
             0-40 ms, the shift model's whole range; not its engine): latency and sensor noise
@@ -138,23 +140,21 @@ class DistillConfig:
             the episodes and keeps the weights of the lowest held-out loss, stopping after 4
             evaluations without one (at most 6000 steps): on 40 push-t teacher episodes the
             held-out loss is lowest after 500 steps and 3.4x higher after 3000.
-        max_ticks: episode length (default: the task's).
-        seed: seeds the world's hidden physics, the episodes, calibration and training.
-        out: output folder.
+        policy: the distilled policy's architecture and training (``chunk=None``: the
+            refiner's horizon; its ``seed`` becomes ``seed``). The default holds out 10% of
+            the episodes and keeps the weights of the lowest held-out loss, stopping after 4
+            evaluations without one (at most 6000 steps): on 40 push-t teacher episodes the
+            held-out loss is lowest after 500 steps and 3.4x higher after 3000.
     """
 
-    task: str = "push-t"
-    world: str = "shifted"
-    severity: int = 2
-    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
-    twin_timestep: float | None = 0.01
-    optimizer: str | None = None
-    noise: float | None = None
+    experiment: ExperimentConfig = field(default_factory=lambda: ExperimentConfig(out="twinloop-distill",
+                                                                                  video=False))
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
     proposal_samples: int = 0
     calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=200, delay_steps=None))
     calib_episodes: int = 10
     calib_ticks: int = 60
-    posterior: str | None = None
+    twin_worlds: str | None = None
     prior_shift: bool = False
     teacher: str = "scripted"
     teacher_warm: bool = True
@@ -162,48 +162,51 @@ class DistillConfig:
     collect_noise: float = 0.0
     twin_dagger: int = 40
     dagger_episodes: int = 10
-    episodes: int = 20
     rounds: int = 3
     k_sweep: tuple[int, ...] = (4, 8, 16, 32)
     baselines: tuple[str, ...] = tuple(BASELINES)
     goal_success: float = 0.9
     policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(steps=6000, val_fraction=0.1, patience=4))
-    max_ticks: int | None = None
-    seed: int = 0
-    out: str = "twinloop-distill"
 
     def __post_init__(self):
-        choose("world", self.world, WORLDS)
-        optimizer, noise = task_preferences(self.task, self.optimizer, self.noise)
-        object.__setattr__(self, "optimizer", choose("optimizer", optimizer, tuple(OPTIMIZERS)))
-        object.__setattr__(self, "noise", None if noise is None else number(noise, "noise", low=0, low_open=True))
+        for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("policy", PolicyConfig),
+                           ("calib", CalibConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        e = self.experiment
+        choose("world", e.world, WORLDS)
+        e.refuse("distill", world_per_episode=False, first_episode=0, video=False, record=True)
+        if self.planner.particles or self.planner.posterior is not None:
+            raise TwinloopError("distill plans in its twin-worlds' nominal twin: planner.particles and "
+                                "planner.posterior are not used (twin_worlds chooses the twin-worlds)")
+        planner = self.planner.for_task(e.task)
+        choose("optimizer", planner.optimizer, tuple(OPTIMIZERS))
+        if planner.noise is not None:
+            number(planner.noise, "noise", low=0, low_open=True)
+        object.__setattr__(self, "planner", planner)
+        self._check_counts()
+        object.__setattr__(self, "k_sweep", tuple(sorted({*self.k_sweep, self.planner.refiner.num_samples})))
+        if self.prior_shift and self.twin_worlds not in (PRIOR_TWINS, NOMINAL_TWIN):
+            raise TwinloopError(f"prior_shift randomizes uncalibrated twin-worlds: it needs posterior={PRIOR_TWINS!r} "
+                                f"or {NOMINAL_TWIN!r}, got {self.twin_worlds!r}")
+
+    def _check_counts(self) -> None:
         choose("teacher", self.teacher, TEACHERS)
         object.__setattr__(self, "baselines", tuple(self.baselines))
         for b in self.baselines:
             choose("baseline", b, tuple(BASELINES))
-        for name, low in (("episodes", 1), ("rounds", 1), ("collect", 1), ("twin_dagger", 0), ("dagger_episodes", 0),
-                          ("proposal_samples", 0), ("calib_episodes", 1), ("calib_ticks", 2), ("seed", 0)):
+        for name, low in (("rounds", 1), ("collect", 1), ("twin_dagger", 0), ("dagger_episodes", 0),
+                          ("proposal_samples", 0), ("calib_episodes", 1), ("calib_ticks", 2)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
-        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         object.__setattr__(self, "goal_success", number(self.goal_success, "goal_success", low=0, high=1))
         object.__setattr__(self, "collect_noise", number(self.collect_noise, "collect_noise", low=0, high=1))
-        if self.max_ticks is not None:
-            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
-        if self.twin_timestep is not None:
-            object.__setattr__(self, "twin_timestep", number(self.twin_timestep, "twin_timestep (s)", low=0, low_open=True))
-        sweep = tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep)
-        if self.episodes > 50_000 or self.collect > 9_000 or self.twin_dagger > 9_000 or self.dagger_episodes > 1_000:
+        object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
+        if (self.experiment.episodes > 50_000 or self.collect > 9_000 or self.twin_dagger > 9_000
+                or self.dagger_episodes > 1_000):
             raise TwinloopError("episodes <= 50000, collect and twin_dagger <= 9000, dagger_episodes <= 1000 "
                                 "(seed ranges)")
         if self.rounds > 1 and self.twin_dagger + self.dagger_episodes < 1:
             raise TwinloopError("rounds > 1 need twin_dagger or dagger_episodes >= 1 (no new data otherwise)")
-        for name, kind in (("refiner", RefinerConfig), ("policy", PolicyConfig), ("calib", CalibConfig)):
-            if not isinstance(getattr(self, name), kind):
-                raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        object.__setattr__(self, "k_sweep", tuple(sorted({*sweep, self.refiner.num_samples})))
-        if self.prior_shift and self.posterior not in (PRIOR_TWINS, NOMINAL_TWIN):
-            raise TwinloopError(f"prior_shift randomizes uncalibrated twin-worlds: it needs posterior={PRIOR_TWINS!r} "
-                                f"or {NOMINAL_TWIN!r}, got {self.posterior!r}")
 
     def policy_config(self, task) -> PolicyConfig:
         ticks = max(1, int(round(self.refiner.horizon / task.control_period)))
@@ -305,8 +308,8 @@ class DistillRun:
                  log: Callable[[str], None] = print):
         self.cfg, self.out, self.progress, self.log = cfg, out, progress, log
         self.task = make_task(cfg.task)
-        self.world = make_world(self.task, cfg.world, severity=cfg.severity, seed=cfg.seed)
-        self.twin = refiner_twin(self.task, "mujoco", cfg.twin_timestep, cfg.refiner.horizon, cfg.seed)
+        self.world = make_world(self.task, cfg.world, severity=cfg.severity, seed=cfg.experiment.one_world_seed)
+        self.twin = refiner_twin(self.task, cfg.planner.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed)
         self.scripted = self.task.default_proposer()
         self.estimate: TwinEstimate | None = None
         self.info = {"fps": 1.0 / self.task.control_period, **recorded_on(self.task),
@@ -320,16 +323,16 @@ class DistillRun:
         return Dataset.create(self.out / rel, {**self.info, "source": side}, mode="overwrite"), rel
 
     def calibrate(self, resume: bool = False) -> None:
-        """Calibrate (or load ``cfg.posterior``; on resume the run's own ``posterior.json``)."""
+        """Calibrate (or load ``cfg.twin_worlds``; on resume the run's own ``posterior.json``)."""
         cfg = self.cfg
-        if cfg.posterior == PRIOR_TWINS:
+        if cfg.twin_worlds == PRIOR_TWINS:
             space = self.task.param_space()
             shift = "with a delay and noise level 0-3 each" if cfg.prior_shift else "no delay, no observation noise"
             self.log(f"no calibration: twin-worlds drawn from the prior of {space.names} ({shift})")
             self.estimate = TwinEstimate(space.nominal, 0, np.zeros(len(self.task.obs_names)))
             return
         saved = self.out / "posterior.json"
-        posterior = str(saved) if resume and saved.exists() else cfg.posterior
+        posterior = str(saved) if resume and saved.exists() else cfg.twin_worlds
         self.estimate = calibrated_twin(self.task, self.world, cfg.calib, cfg.calib_seeds(), cfg.calib_ticks,
                                         posterior, cfg.seed, self.log)
         if self.estimate.posterior is not None:
@@ -342,9 +345,9 @@ class DistillRun:
         (``posterior="prior"``: the i-th draw from the task's prior; with ``prior_shift`` a drawn
         delay and noise, around those parameters or the nominal ones)."""
         est = self.estimate
-        if self.cfg.posterior == PRIOR_TWINS or self.cfg.prior_shift:
+        if self.cfg.twin_worlds == PRIOR_TWINS or self.cfg.prior_shift:
             rng = np.random.default_rng([self.cfg.seed, 17, i])
-            prior = self.cfg.posterior == PRIOR_TWINS
+            prior = self.cfg.twin_worlds == PRIOR_TWINS
             params = self.task.param_space().sample_prior(rng, 1)[0] if prior else est.params
             shift = shift_settings(self.task, int(rng.integers(0, 4)) if self.cfg.prior_shift else 0)
             return TwinWorld(self.task, params, delay_steps=shift["delay_steps"], obs_noise=shift["obs_noise"])
@@ -355,7 +358,8 @@ class DistillRun:
         rcfg = replace(self.cfg.refiner, num_samples=k)
         refiner = Refiner(self.task, self.twin, make_optimizer(self.cfg.optimizer, noise=self.cfg.noise), rcfg)
         n_prop = self.cfg.proposal_samples if proposer is not None else 0
-        return Controller(refiner, proposer, refine=refine, proposal_samples=n_prop, warm_start=warm_start)
+        sources = [ProposerSamples(proposer, n_prop)] if n_prop else []
+        return Controller(refiner, proposer, refine=refine, sources=sources, warm_start=warm_start)
 
     def episodes(self, label: str, world, controller, seeds: Sequence[int]) -> list[EpisodeResult]:
         """One episode per seed in ``world``; a :class:`Labelled` controller's go to its dataset."""

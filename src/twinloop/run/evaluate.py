@@ -37,7 +37,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -49,10 +49,12 @@ from twinloop.data import Dataset
 from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
+from twinloop.run.config import composed, config_dict
 from twinloop.run.engines import engine_report
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize
 from twinloop.run.policy import PolicySpec, policy_controller
+from twinloop.run.sections import ExperimentConfig
 from twinloop.stats import mmrv, pearson, spearman, wilson
 from twinloop.tasks import make_task
 from twinloop.twin import BACKENDS, make_twin
@@ -70,19 +72,22 @@ DEFAULT_POLICIES = (
 )
 
 
+@composed()
 @dataclass(frozen=True)
 class EvaluateConfig:
-    """Every choice of an evaluation (``twinloop evaluate`` mirrors these fields).
+    """Every choice of an evaluation (``twinloop evaluate``'s options are generated from these fields).
+
+    Flat construction reaches the experiment's fields (``EvaluateConfig(task="block-push",
+    episodes=2)``).
 
     Attributes:
-        task: a registered task.
-        world: a registered world (the one the twin should predict).
-        severity: ShiftedWorld severity (0-3).
-        world_seed: seed of the world's hidden physics.
+        experiment: the task, the world the twin should predict (its ``severity``, its hidden
+            physics seeded by ``world_seed``: 0 unless set; ``None`` is ``seed``), episodes per
+            policy and side (the same seeds everywhere), the seed of the episodes (``seed *
+            100000 + i``, as ``run``), calibration and bootstrap, the episode length, the output
+            folder and whether the world episodes are written to ``out/episodes/world`` (none with
+            ``world_from``) (:class:`~twinloop.run.sections.ExperimentConfig`).
         policies: policy specs (text form, see :mod:`twinloop.run.policy`); at least two.
-        episodes: episodes per policy and side (the same seeds everywhere).
-        seed: seeds the episodes (``seed * 100000 + i``, as ``run``), calibration and bootstrap.
-        max_ticks: episode length (default: the task's).
         twins: the twin-worlds to compare (``nominal``, ``calibrated``, ``calibrated-physics``);
             the last one listed is the headline of ``summary["evaluation"]``.
         calib: the calibration of the calibrated twins (``delay_steps=None`` estimates the delay).
@@ -97,20 +102,13 @@ class EvaluateConfig:
         engines: engine variants for the cross-engine report (``Engine.parse`` strings).
         plan_states: world states at which refinement's selected plan is compared across engines.
         n_boot: bootstrap resamples.
-        record: write the world episodes to ``out/episodes/world`` (none with ``world_from``).
         world_from: an earlier evaluation's ``summary.json`` whose world episodes are reused
             instead of running the world (see the module docstring for what must match).
-        out: output folder.
     """
 
-    task: str = "push-t"
-    world: str = "shifted"
-    severity: int = 2
-    world_seed: int = 0
+    experiment: ExperimentConfig = field(default_factory=lambda: ExperimentConfig(
+        world_seed=0, episodes=10, out="twinloop-eval", video=False))
     policies: tuple[str, ...] = DEFAULT_POLICIES
-    episodes: int = 10
-    seed: int = 0
-    max_ticks: int | None = None
     twins: tuple[str, ...] = ("nominal", "calibrated")
     calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=300, delay_steps=None))
     calib_episodes: int = 10
@@ -121,12 +119,13 @@ class EvaluateConfig:
     engines: tuple[str, ...] = ()
     plan_states: int = 30
     n_boot: int = 1000
-    record: bool = True
     world_from: str | None = None
-    out: str = "twinloop-eval"
 
     def __post_init__(self):
-        choose("world", self.world, tuple(WORLDS))
+        if not isinstance(self.experiment, ExperimentConfig):
+            raise TwinloopError(f"experiment must be an ExperimentConfig, got {type(self.experiment).__name__}")
+        choose("world", self.experiment.world, tuple(WORLDS))
+        self.experiment.refuse("evaluate", world_per_episode=False, first_episode=0, video=False)
         for name in ("policies", "twins", "engines", "models"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if len(self.policies) < 2:
@@ -146,15 +145,13 @@ class EvaluateConfig:
             choose("backend", backend, tuple(BACKENDS))
             if not sep or not path:
                 raise TwinloopError(f"models: entries look like backend=path, got {m!r}")
-        for name in ("episodes", "calib_episodes", "calib_ticks", "n_boot"):
+        for name in ("calib_episodes", "calib_ticks", "n_boot"):
             if getattr(self, name) < 1:
                 raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.calib_seed is not None:
             object.__setattr__(self, "calib_seed", number(self.calib_seed, "calib_seed", low=0, integer=True))
         if self.plan_states < 0:
             raise TwinloopError(f"plan_states must be >= 0, got {self.plan_states}")
-        if not 0 <= self.severity <= 3:
-            raise TwinloopError(f"severity must be 0-3, got {self.severity}")
         if not isinstance(self.calib, CalibConfig):
             raise TwinloopError(f"calib must be a CalibConfig, got {type(self.calib).__name__}")
 
@@ -225,7 +222,7 @@ def model_world(backend: str, path: str, task) -> ModelWorld:
 
 
 def _world_factories(cfg: EvaluateConfig, est: TwinEstimate | None, engine: Engine | None = None) -> dict[str, Callable]:
-    out = {"world": partial(make_world, name=cfg.world, severity=cfg.severity, seed=cfg.world_seed)} if engine is None else {}
+    out = {"world": partial(make_world, name=cfg.world, severity=cfg.severity, seed=cfg.experiment.one_world_seed)} if engine is None else {}
     if engine is None:
         for m in cfg.models:
             backend, _, path = m.partition("=")
@@ -247,7 +244,7 @@ def recorded_world(cfg: EvaluateConfig, task, world) -> dict[str, dict]:
     s = read_json(path, "world_from summary")
     try:
         config, rows, results = s["config"], s["per_episode"]["world"], {r["controller"]: r for r in s["results"]}
-        theirs = {"task": s["task"], "world": s["world"], "max_ticks": config["max_ticks"]}
+        theirs = {"task": s["task"], "world": s["world"], "max_ticks": config.get("experiment", config)["max_ticks"]}
     except (KeyError, TypeError) as exc:
         raise TwinloopError(f"world_from {path!r} is not an evaluation summary.json (missing {exc})") from exc
     ours = {"task": task.name, "world": json.loads(json.dumps(world.describe())), "max_ticks": cfg.max_ticks}
@@ -317,7 +314,7 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     t_start = time.perf_counter()
     out = output_folder(cfg.out, mode)  # before any work: a bad --out fails now
     task = make_task(cfg.task)
-    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.world_seed)
+    world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.experiment.one_world_seed)
     specs = cfg.specs()
     labels = [s.label for s in specs]
     seeds = cfg.episode_seeds()
@@ -391,7 +388,7 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         "world": world.describe(),
         "seed": cfg.seed,
         "episodes": n,
-        "config": asdict(cfg),
+        "config": config_dict(cfg),
         "results": [world_rows[lab] for lab in labels],
         "per_episode": per_episode,
         "evaluation": evaluation,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
 from twinloop.plan import OPTIMIZER_NAMES, make_optimizer
-from twinloop.policies import PROPOSERS, make_proposer
+from twinloop.policies import check_proposer, make_proposer
 from twinloop.tasks import task_preferences
 from twinloop.twin import BACKENDS, make_twin
 
@@ -64,7 +64,7 @@ class PolicySpec:
     name: str | None = None
 
     def __post_init__(self):
-        choose("proposer", self.proposer, tuple(PROPOSERS))
+        check_proposer(self.proposer)
         if self.optimizer is not None:
             choose("optimizer", self.optimizer, OPTIMIZER_NAMES)
         choose("backend", self.backend, tuple(BACKENDS))

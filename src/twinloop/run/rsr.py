@@ -24,7 +24,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -33,17 +33,20 @@ import numpy as np
 from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import GapConfig, gap
 from twinloop.calib.infogap import infogap_cost, observed_qpos
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, Refiner
 from twinloop.data.dataset import Dataset
 from twinloop.data.episodes import recorded_on
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies import make_proposer
+from twinloop.run.build import planner_twin
+from twinloop.run.config import composed, config_dict
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize, write_partial
+from twinloop.run.sections import ExperimentConfig, PlannerConfig
 from twinloop.stats import wilson
-from twinloop.tasks import make_task, task_preferences
+from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 from twinloop.viz.plots import plot_curves
 from twinloop.worlds.shifted import ShiftedWorld
@@ -51,77 +54,67 @@ from twinloop.worlds.shifted import ShiftedWorld
 STATE_FILE = "rsr_state.json"
 
 
+@composed()
 @dataclass(frozen=True)
 class RSRConfig:
-    """Every choice of an RSR run (the ``twinloop rsr`` options mirror these fields).
+    """Every choice of an RSR run (the ``twinloop rsr`` options are generated from these fields).
+
+    The planner and the experiment are the sections ``twinloop run`` uses, with its defaults
+    (the task's episode length, K=32, 0.5 s, 10 ms twin steps); flat construction reaches their
+    fields (``RSRConfig(task="pivot", episodes=2)``).
 
     Attributes:
-        task: ``block-push`` | ``push-t``.
-        severity: ShiftedWorld severity (hidden physics, noise, delay).
-        world_seed: seed of the world's hidden physics (seed 0 of block-push at severity 2 draws
-            a block whose friction the pusher's force limit cannot overcome).
+        experiment: the task, its ShiftedWorld (``severity``, ``world_seed``: ``None`` is
+            ``seed``), the episodes collected per round (``episodes``), their length and the seed
+            of episodes, particles and fits (:class:`~twinloop.run.sections.ExperimentConfig`;
+            ``world`` is ``shifted``; outputs go to the loop's folder).
+        planner: the collecting controller's planner (:class:`~twinloop.run.sections.PlannerConfig`):
+            its ``particles`` (at least 1) are the parameter particles it plans under, and the
+            fit returns at least this many posterior samples, whatever ``calib.particles`` says.
         rounds: collect -> calibrate -> evaluate rounds.
-        episodes: episodes collected per round (with ``beta``).
         eval_episodes: episodes evaluated per round (same seeds every round).
-        max_ticks: episode length (default: the task's).
         beta: InfoGap weight during collection (0: collect with the task cost only).
         info_noise: position noise std assumed by InfoGap (m), on the observed coordinates.
         info_angle_noise: angle noise std assumed by InfoGap (rad).
         params: names of the parameters to calibrate (default: the task's whole space).
-        particles: parameter particles the collecting controller plans under (the fit returns
-            at least this many posterior samples, whatever ``calib.particles`` says).
         calib: the calibration of each round (its ``seed`` becomes ``seed + round``).
         gap: the sim-real gap measured at each evaluation (its ``seed`` becomes ``seed``).
         proposer: ``scripted`` | ``none`` (base proposal of the controller).
-        optimizer: refiner optimizer (``None``: the task's, :attr:`Task.optimizer
-            <twinloop.tasks.Task.optimizer>`).
-        noise: its sampling noise, a fraction of each action's half-range (``None``: the
-            task's, :attr:`Task.sampling_noise <twinloop.tasks.Task.sampling_noise>`, else the
-            optimizer's default).
-        refiner: the refiner's knobs (K, horizon, ...).
-        seed: seeds episodes, particles and fits.
     """
 
-    task: str = "block-push"
-    severity: int = 2
-    world_seed: int = 1
+    experiment: ExperimentConfig = field(default_factory=lambda: ExperimentConfig(
+        task="block-push", episodes=2, out="twinloop-rsr", video=False))
+    planner: PlannerConfig = field(default_factory=lambda: PlannerConfig(particles=4))
     rounds: int = 3
-    episodes: int = 2
     eval_episodes: int = 3
-    max_ticks: int | None = 40
     beta: float = 0.0
     info_noise: float = 1e-3
     info_angle_noise: float = 1e-2
     params: tuple[str, ...] | None = None
-    particles: int = 4
     calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=150, delay_steps=None))
     gap: GapConfig = field(default_factory=lambda: GapConfig(metric="kl"))
     proposer: str = "scripted"
-    optimizer: str | None = None
-    noise: float | None = None
-    refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=24, horizon=0.5))
-    seed: int = 0
 
     def __post_init__(self):
         if self.params is not None:
             object.__setattr__(self, "params", tuple(self.params))
-        for name, kind in (("calib", CalibConfig), ("gap", GapConfig), ("refiner", RefinerConfig)):
+        for name, kind in (("calib", CalibConfig), ("gap", GapConfig), ("planner", PlannerConfig),
+                           ("experiment", ExperimentConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        for name in ("rounds", "episodes", "eval_episodes", "particles"):
+        self.experiment.refuse("rsr", world="shifted", world_per_episode=False, first_episode=0, video=False)
+        number(self.planner.particles, "particles", low=1, integer=True)
+        for name in ("rounds", "eval_episodes"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
-        for name in ("world_seed", "seed"):
-            object.__setattr__(self, name, number(getattr(self, name), name, low=0, integer=True))
-        if self.max_ticks is not None:
-            object.__setattr__(self, "max_ticks", number(self.max_ticks, "max_ticks", low=1, integer=True))
         object.__setattr__(self, "beta", number(self.beta, "beta", low=0))
-        object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         for name in ("info_noise", "info_angle_noise"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=0, low_open=True))
         choose("proposer", self.proposer, ("scripted", "none"))
-        optimizer, noise = task_preferences(self.task, self.optimizer, self.noise)
-        object.__setattr__(self, "optimizer", choose("optimizer", optimizer, tuple(OPTIMIZERS)))
-        object.__setattr__(self, "noise", None if noise is None else number(noise, "noise", low=0, low_open=True))
+        planner = self.planner.for_task(self.experiment.task)
+        choose("optimizer", planner.optimizer, tuple(OPTIMIZERS))
+        if planner.noise is not None:
+            number(planner.noise, "noise", low=0, low_open=True)
+        object.__setattr__(self, "planner", planner)
 
 
 @dataclass
@@ -145,7 +138,7 @@ def _finite(x) -> float | None:
 
 def make_rsr_world(cfg: RSRConfig, task=None):
     """The loop's default world: a ShiftedWorld of ``cfg.task`` at ``cfg.severity``, ``cfg.world_seed``."""
-    return ShiftedWorld(task or make_task(cfg.task), severity=cfg.severity, seed=cfg.world_seed)
+    return ShiftedWorld(task or make_task(cfg.task), severity=cfg.severity, seed=cfg.experiment.one_world_seed)
 
 
 def parameter_space(cfg: RSRConfig, task):
@@ -164,7 +157,7 @@ def rsr_controller(cfg: RSRConfig, world, params: np.ndarray | None, beta: float
     if beta > 0 and params is not None and len(params) > 1:
         index, noise = observed_qpos(task, cfg.info_noise, cfg.info_angle_noise)
         extra.append(infogap_cost(beta, noise, index, stride=task.substeps))
-    twin = make_twin("mujoco", task.model, parameter_space(cfg, task))
+    twin = planner_twin(cfg.planner, task, parameter_space(cfg, task))
     refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, noise=cfg.noise), cfg.refiner, params=params, extra_costs=extra)
     return world, Controller(refiner, make_proposer(task, cfg.proposer), refine=True)
 
@@ -200,7 +193,7 @@ class RSRLoop:
         if hidden is not None:
             names = list(getattr(self.world, "param_space", self.task.param_space()).names)
             self.truth = np.array([hidden[names.index(n)] for n in self.space.names])
-        self.twin = make_twin("mujoco", self.task.model, self.space)
+        self.twin = make_twin("mujoco", self.task.model, self.space)  # calibrated and measured: the scene's step
 
     # -- pieces ---------------------------------------------------------------------------------
 
@@ -287,7 +280,7 @@ class RSRLoop:
                 raise TwinloopError(f"{path}: the saved posterior is damaged ({exc}); use another output folder "
                                     "or --overwrite") from exc
         saved = state["config"]
-        now = json.loads(json.dumps(asdict(self.cfg)))
+        now = json.loads(json.dumps(config_dict(self.cfg)))
         diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k != "rounds")
         if diff:
             raise TwinloopError(f"{path} was written by a different RSR config (differs in {diff}); "
@@ -299,7 +292,7 @@ class RSRLoop:
         """Run the remaining rounds; ``progress(stage, n)`` after each episode / fit."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        state = self._load_state() or {"config": asdict(cfg), "rounds": [], "posterior": None, "completed": -1}
+        state = self._load_state() or {"config": config_dict(cfg), "rounds": [], "posterior": None, "completed": -1}
         resumed_at = state["completed"] + 1
         post = Posterior.from_dict(state["posterior"]) if state["posterior"] else None
         if state["completed"] < 0:
@@ -343,7 +336,7 @@ class RSRLoop:
             "results": [r["result"] for r in done],
             "rounds": [{k: r[k] for k in ("round", "gap", "gap_ci", "param_error", "success_rate",
                                            "success_ci", "gap_metric", "estimate") if k in r} for r in done],
-            "config": asdict(cfg),
+            "config": config_dict(cfg),
             "params": self.space.names,
             "truth": None if self.truth is None else dict(zip(self.space.names, map(float, self.truth), strict=True)),
             "posterior": None if post is None else post.to_dict(),

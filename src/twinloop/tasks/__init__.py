@@ -3,15 +3,21 @@
 The registry maps a name to ``"module:Class"``; a task module is imported only when its task
 is made, so a task with heavy or optional dependencies costs nothing until used. Adding a task
 is its module, its scene XML and one line here (or :func:`register_task` from your own code).
+
+A user's own task needs no edit of twinloop: wherever a task name is taken (``make_task``,
+``--task``), ``path/to/file.py:ArmPush`` and ``my_pkg.tasks:ArmPush`` load it from a file or a
+module, and an installed package can register it under a name with an entry point of group
+``twinloop.tasks`` (:mod:`twinloop.plugins`).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from twinloop.errors import TwinloopError, choose
+from twinloop import plugins
+from twinloop.errors import TwinloopError
 from twinloop.tasks.base import Residual, SceneTask, Task, Traj
 
 TASKS: dict[str, str | Callable[..., Task]] = {
@@ -37,24 +43,48 @@ def register_task(name: str, factory: str | Callable[..., Task]) -> None:
 
 
 def task_factory(name: str) -> Callable[..., Task]:
-    """The class (or function) that makes task ``name``."""
-    choose("task", name, tuple(TASKS))
-    f = TASKS[name]
-    if isinstance(f, str):
-        module, attr = f.split(":")
-        f = getattr(importlib.import_module(module), attr)
+    """The class (or function) that makes task ``name``: a registered name, an installed entry
+    point of group ``twinloop.tasks``, ``path/to/file.py:Class`` or ``package.module:Class``."""
+    if not isinstance(name, str):
+        raise TwinloopError(f"task must be a name (str), got {type(name).__name__}")
+    if name in TASKS:
+        f = TASKS[name]
+        if isinstance(f, str):
+            module, attr = f.split(":")
+            f = getattr(importlib.import_module(module), attr)
+        return f
+    f = plugins.entry_point("task", name)
+    if f is None and plugins.is_spec(name):
+        f = plugins.load_object(name, "task")
+    if f is None:
+        raise plugins.unknown("task", name, TASKS)
+    if not callable(f):
+        raise TwinloopError(f"task {name!r} is a {type(f).__name__}, not a Task class or a function returning one")
     return f
+
+
+def check_task(name: str) -> str:
+    """``name`` if it makes a task (see :func:`task_factory`; nothing is built), else a
+    :class:`TwinloopError` that lists the registered tasks and how to name one's own."""
+    task_factory(name)
+    return name
+
+
+def task_defaults(task: str | Task) -> Mapping[str, object]:
+    """The planner and run settings task ``task`` declares (:attr:`Task.defaults`), ``{field
+    path: value}``. ``task`` is a registry name (read from its class: no scene is compiled)
+    or a task."""
+    kind = task_factory(task) if isinstance(task, str) else task
+    return getattr(kind, "defaults", Task.defaults)
 
 
 def task_preferences(task: str | Task, optimizer: str | None = None,
                      noise: float | None = None) -> tuple[str, float | None]:
     """``(optimizer, sampling noise)`` a refiner on ``task`` uses: those given, else the task's
-    (:attr:`Task.optimizer`, :attr:`Task.sampling_noise`; noise ``None`` = the optimizer's own).
-
-    ``task`` is a registry name (read from its class: no scene is compiled) or a task."""
-    kind = task_factory(task) if isinstance(task, str) else task
-    return (optimizer or getattr(kind, "optimizer", Task.optimizer),
-            noise if noise is not None else getattr(kind, "sampling_noise", Task.sampling_noise))
+    defaults (``planner.optimizer``, ``planner.noise``; noise ``None`` = the optimizer's own)."""
+    d = task_defaults(task)
+    return (optimizer or d.get("planner.optimizer", "mppi"),
+            noise if noise is not None else d.get("planner.noise"))
 
 
 def make_task(name: str, **kw) -> Task:
@@ -70,5 +100,5 @@ def make_task(name: str, **kw) -> Task:
     return task
 
 
-__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "make_task", "register_task", "task_factory",
-           "task_preferences"]
+__all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "check_task", "make_task", "register_task",
+           "task_defaults", "task_factory", "task_preferences"]

@@ -23,6 +23,8 @@ joint contributes position (3) and quaternion (4), velocities (6).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import mujoco
 import numpy as np
 
@@ -89,8 +91,7 @@ class ArmTask(Task):
     # averages candidates whose contacts went different ways. Measured in the shifted world, 20
     # episodes (benchmarks/RESULTS.md "Arm tasks"): peg-insert 18/20, MPPI 0/20 at the same
     # noise and 4/20 at its default 0.3.
-    optimizer = "predictive"
-    sampling_noise = 0.05
+    defaults = MappingProxyType({**Task.defaults, "planner.optimizer": "predictive", "planner.noise": 0.05})
 
     def __init__(self):
         m = self.model

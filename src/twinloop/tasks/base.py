@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 
 import mujoco
 import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import ParamSpace
+from twinloop.tasks.checks import check_keyframe
 from twinloop.twin.base import Rollouts
 
 
@@ -59,7 +61,6 @@ class Task:
         name: registry name (``twinloop run --task NAME``).
         xml: scene file, beside the task module (or an absolute path).
         control_period: seconds per control tick (a multiple of the scene's timestep).
-        horizon: default planning horizon (s).
         max_ticks: episode length in control ticks.
         cost_stride: running costs read every n-th physics step (costs, not physics, coarser).
         obs_names: names of the observation entries (default: the observation is the full
@@ -69,10 +70,14 @@ class Task:
         gym_id: the gymnasium env this task's twin models (``--world gym`` uses it), or
             ``None``; its observation and action maps are :meth:`obs_from_env` and
             :meth:`action_to_env`.
-        optimizer: the optimizer a comparison run (``twinloop run``) uses when not told one.
-        sampling_noise: the sampling noise such a run uses when not told one, a fraction of
-            each action's half-range (``None``: the optimizer's own default). Tasks whose action
-            bounds span far more than one tick's useful motion want it small.
+        defaults: the task's planner and run settings, ``{field path: value}`` (the way MuJoCo
+            MPC's task files carry their planner defaults): every loop (``twinloop run``,
+            ``rsr``, ``distill``) starts from them, a recipe and the command line override them
+            (library default < task default < recipe < command line). A path names a field of
+            the loop's config (``planner.refiner.horizon``, ``planner.optimizer``,
+            ``planner.noise``: a task whose action bounds span far more than one tick's useful
+            motion wants it small); a loop without that field skips it. Extend the base's:
+            ``defaults = {**Task.defaults, "planner.noise": 0.05}``.
         euler_step: the physics step (s) of a world that integrates this scene with explicit
             Euler (a severity-3 :class:`~twinloop.worlds.ShiftedWorld`), or ``None``: the
             scene's own timestep. A scene whose stiff terms an explicit step cannot follow at
@@ -96,17 +101,25 @@ class Task:
     name: str = "task"
     xml: str = ""
     control_period: float = 0.1
-    horizon: float = 1.0
     max_ticks: int = 100
     cost_stride: int = 5
     camera: str | None = None
     gym_id: str | None = None
-    optimizer: str = "mppi"
-    sampling_noise: float | None = None
+    defaults: Mapping[str, object] = MappingProxyType({
+        "planner.optimizer": "mppi",
+        "planner.refiner.num_samples": 32,
+        "planner.refiner.horizon": 0.5,
+        "planner.twin_timestep": 0.01,
+    })
     euler_step: float | None = None
     binary_actions: tuple[int, ...] = ()
     max_body_speed: float | None = None
     success_dwell: float = 0.5
+
+    @property
+    def horizon(self) -> float:
+        """The task's default planning horizon (s): its ``planner.refiner.horizon`` default."""
+        return float(self.defaults.get("planner.refiner.horizon", 0.5))
 
     # -- scene -------------------------------------------------------------------------------
 
@@ -310,17 +323,23 @@ class Task:
         when the task has none (refinement then starts from nothing)."""
         return None
 
-    def repair_primitive(self, push: int = 0, reach: float | None = None, commit: float | None = None,
-                         regrasp_reach: float | None = None):
-        """The task's local repair (``candidates(state, ticks) -> (n, ticks, nu)``: action chunks
-        that correct a misplaced object near its goal, offered to the refiner beside its samples
-        by ``RunConfig.repair``), or ``None`` when the task has none (default). ``push``: how
-        many pushes of other points it offers too, ``reach``: how far from its goal a point is
-        still repaired (``None``: the task's), ``commit``: a repair sent is carried on unless a
-        plan beats it by this cost fraction, ``regrasp_reach``: the reach of a re-grasp (a point
-        let go; ``None``: ``reach``) (the grasp tasks': ``RepairConfig.push``, ``reach``,
-        ``commit``, ``regrasp_reach``; a repair may expose ``commit`` for the controller)."""
-        return None
+    def state_estimator(self, stateful: bool = False, params=None):
+        """The controller's state estimator (``reset(seed)``, ``estimate(obs) -> (nstate,)``,
+        ``sent(action)``; see :class:`~twinloop.control.parts.StateEstimator`). Default: the
+        stateless map :meth:`state_from_obs` (:class:`ObservationMap`); ``stateful=True`` asks
+        for the task's stateful estimate (predicting under the twin's ``params``), which a task
+        without one refuses."""
+        if stateful:
+            raise TwinloopError(f"task {self.name!r} has no stateful observer (the grasp tasks have)")
+        return ObservationMap(self)
+
+    def candidate_sources(self, options: Mapping[str, object] | None = None) -> tuple:
+        """The task's own candidate sources for a refined controller (each
+        ``offer(obs, state, ticks, rng) -> (M, L, nu)`` chunks offered beside the refiner's
+        samples; see :class:`~twinloop.control.parts.CandidateSource`), chosen by a run's
+        ``options`` (the grasp tasks': ``repair``, ``repair_push``, ``repair_reach``,
+        ``repair_commit``, ``repair_regrasp_reach``). Default: none."""
+        return ()
 
     def excitation(self, seed: int, kind: str = "excite") -> Callable[[np.ndarray, int], np.ndarray]:
         """A seeded policy ``f(obs, tick) -> action`` that excites the dynamics for calibration.
@@ -382,6 +401,23 @@ class Task:
         return sum(self.rollout_terms(rollouts).values())
 
 
+class ObservationMap:
+    """The stateless state estimator: each observation mapped by ``task.state_from_obs``,
+    nothing kept from one tick to the next."""
+
+    def __init__(self, task: Task):
+        self.task = task
+
+    def reset(self, seed: int | None = None) -> None:
+        """Nothing to forget."""
+
+    def estimate(self, obs) -> np.ndarray:
+        return self.task.state_from_obs(obs)
+
+    def sent(self, action) -> None:
+        """Nothing to predict."""
+
+
 class SceneTask(Task):
     """A task from your own MJCF scene and a cost written in a few lines, no subclass needed.
 
@@ -410,7 +446,7 @@ class SceneTask(Task):
 
     def __init__(self, xml, residuals: Sequence[Residual], error: Callable[[np.ndarray], np.ndarray],
                  tolerance: float = 0.0, success: Callable[[np.ndarray], bool] | None = None, *,
-                 name: str = "scene", control_period: float = 0.05, horizon: float = 1.0,
+                 name: str = "scene", control_period: float = 0.05, horizon: float = 0.5,
                  max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0,
                  success_dwell: float = Task.success_dwell):
         self.xml = str(Path(xml).resolve())
@@ -427,7 +463,8 @@ class SceneTask(Task):
             if not (np.isfinite(v) and ok):
                 raise TwinloopError(f"{label} must be a finite number in range, got {v}")
         self.tolerance = float(tolerance)
-        self.control_period, self.horizon = float(control_period), float(horizon)
+        self.control_period = float(control_period)
+        self.defaults = MappingProxyType({**Task.defaults, "planner.refiner.horizon": float(horizon)})
         self.max_ticks, self.cost_stride = int(max_ticks), int(cost_stride)
         self.start_noise = float(start_noise)
         self.success_dwell = number(success_dwell, "success_dwell (s)", low=0)
@@ -460,26 +497,3 @@ class SceneTask(Task):
             return bool(self._success(q))
         return bool(self.error(q) <= self.tolerance)
 
-
-def check_keyframe(model: mujoco.MjModel, name: str) -> None:
-    """Raise if the scene's first keyframe (a :class:`SceneTask`'s start pose) puts a limited
-    hinge or slide joint outside its range: MuJoCo compiles a joint's ``range`` from degrees
-    unless the scene says ``<compiler angle="radian"/>``, but reads keyframe ``qpos`` in radians
-    always, so a pose written in degrees lands far outside."""
-    if not model.nkey:
-        return
-    for j in range(model.njnt):
-        kind = mujoco.mjtJoint(model.jnt_type[j])
-        if not model.jnt_limited[j] or kind not in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
-            continue
-        q = float(model.key_qpos[0, model.jnt_qposadr[j]])
-        lo, hi = (float(x) for x in model.jnt_range[j])
-        if not lo - 1e-6 <= q <= hi + 1e-6:
-            jname = model.joint(j).name or f"#{j}"
-            if kind == mujoco.mjtJoint.mjJNT_HINGE:
-                unit = (f"{q:g} rad ({np.degrees(q):g} deg), outside its range [{lo:g}, {hi:g}] rad "
-                        f"([{np.degrees(lo):g}, {np.degrees(hi):g}] deg). Keyframe qpos is always in radians; "
-                        "a joint range is in degrees unless the scene sets <compiler angle=\"radian\"/>")
-            else:
-                unit = f"{q:g} m, outside its range [{lo:g}, {hi:g}] m"
-            raise TwinloopError(f"task {name!r}: the scene's keyframe puts joint {jname!r} at {unit}")

@@ -44,7 +44,6 @@ class BlockPush(Task):
     name = "block-push"
     xml = "block_push.xml"
     control_period = 0.1
-    horizon = 1.0
     max_ticks = 80
     obs_names = ("pusher_x", "pusher_y", "block_x", "block_y", "block_yaw",
                  "pusher_vx", "pusher_vy", "block_vx", "block_vy", "block_wz")

@@ -87,7 +87,6 @@ class ClothFold(GraspTask):
     name = "cloth-fold"
     xml = "cloth_fold.xml"
     control_period = 0.2
-    horizon = 1.0
     max_ticks = 20
     cost_stride = 5
     max_body_speed = 5.0  # m/s: normal episodes peak at 1.0-3.3 (benchmarks/body_speed.py, RESULTS.md)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from types import MappingProxyType
 
 import mujoco
 import numpy as np
@@ -44,6 +45,7 @@ from twinloop.tasks.keypoints import (
     KeypointObserver,
     add_keypoint_sites,
 )
+from twinloop.tasks.repair import repair_source
 
 GRIPPER_JOINTS = ("gripper_x", "gripper_y", "gripper_z")
 
@@ -77,6 +79,14 @@ class GraspTask(Task):
     # under 1.3 down to the lightest point the parameter spaces allow (0.8 g, 1 g).
     euler_step = 0.002
     binary_actions = (3,)  # the grasp command: a pinch is open or closed
+    # The planner a grasp-carry-place needs: a 1 s horizon (0.5 s sees the lift and not the
+    # place), K=64, the base's chunk rehearsed and sent exactly (its grasp command steps between
+    # ticks, which a spline fit smooths into a slipping pinch), and a refined plan sent only
+    # where it beats the base under every parameter particle (the deformables' twin is wrong
+    # in mass, stiffness and friction exactly where a refined carry differs from the base's).
+    defaults = MappingProxyType({**Task.defaults, "planner.refiner.num_samples": 64,
+                                 "planner.refiner.horizon": 1.0, "planner.refiner.exact_prior": True,
+                                 "planner.refiner.accept_quantile": 1.0})
     goal: np.ndarray
     WEIGHTS = {"keypoints": 1.0, "final_keypoints": 3.0, "hold": 1.0, "release": 0.5, "effort": 0.02}
 
@@ -305,6 +315,23 @@ class GraspTask(Task):
         cfg = RepairConfig(push=push, commit=commit, regrasp_reach=regrasp_reach,
                            **({} if reach is None else {"reach": reach}))
         return PlaceRepair(self, self.point_index(self.grasp_point), self.goal_of(self.grasp_point), cfg)
+
+    def candidate_sources(self, options=None) -> tuple:
+        """With ``options["repair"]``: the repair (:meth:`repair_primitive` with the options'
+        ``repair_push``, ``repair_reach``, ``repair_commit``, ``repair_regrasp_reach``) as a
+        candidate source, committing under a commit margin
+        (:func:`~twinloop.tasks.repair.repair_source`); else none."""
+        o = dict(options or {})
+        if not o.get("repair"):
+            return ()
+        rep = self.repair_primitive(push=o.get("repair_push") or 0, reach=o.get("repair_reach"),
+                                    commit=o.get("repair_commit"), regrasp_reach=o.get("repair_regrasp_reach"))
+        return (repair_source(rep),)
+
+    def state_estimator(self, stateful: bool = False, params=None):
+        """``stateful``: the keypoint observer (:meth:`observer`) under ``params``; else the
+        stateless map (:meth:`Task.state_estimator`)."""
+        return self.observer(params) if stateful else super().state_estimator()
 
     def trace_points(self, qpos, sensordata) -> np.ndarray:
         """The gripper and the traced keypoints (the grasped corner's path above all)."""

@@ -134,7 +134,8 @@ class KeypointEstimator:
 class KeypointObserver:
     """A stateful keypoint -> twin state estimate: predict, then correct (see module doc).
 
-    Call :meth:`reset` at each episode's start, the observer with each observation, and
+    A state estimator for a controller (:class:`~twinloop.control.parts.StateEstimator`): call
+    :meth:`reset` at each episode's start, :meth:`estimate` with each observation, and
     :meth:`sent` with each action sent; the first observation after a reset (or after a
     prediction that went non-finite) is the stateless estimate (``task.state_from_obs``).
 
@@ -154,8 +155,8 @@ class KeypointObserver:
         self.steps = max(1, int(round(task.control_period / model.opt.timestep)))
         self.reset()
 
-    def reset(self) -> None:
-        """Forget the last estimate (a new episode)."""
+    def reset(self, seed: int | None = None) -> None:
+        """Forget the last estimate (a new episode; the estimate draws nothing, ``seed`` is unused)."""
         self._state: np.ndarray | None = None
         self._action: np.ndarray | None = None
 
@@ -176,7 +177,7 @@ class KeypointObserver:
         pred = np.concatenate([d.qpos, d.qvel, d.act])
         return pred if np.all(np.isfinite(pred)) else None
 
-    def __call__(self, obs) -> np.ndarray:
+    def estimate(self, obs) -> np.ndarray:
         """Twin state ``[qpos, qvel, act]`` for observation ``obs``."""
         t = self.task
         pred = self.predict()

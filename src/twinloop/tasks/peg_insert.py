@@ -42,7 +42,6 @@ class PegInsert(ArmTask):
 
     name = "peg-insert"
     xml = "peg_insert.xml"
-    horizon = 1.0
     max_ticks = 80
     workspace_low = np.array([0.0, -0.10, 0.02])
     workspace_high = np.array([0.20, 0.10, 0.20])

@@ -51,7 +51,6 @@ class Pivot(ArmTask):
 
     name = "pivot"
     xml = "pivot.xml"
-    horizon = 1.0
     max_ticks = 60
     workspace_low = np.array([-0.15, -0.10, 0.0])
     workspace_high = np.array([0.15, 0.10, 0.12])

@@ -133,7 +133,6 @@ class PushT(Task):
     name = "push-t"
     xml = "push_t.xml"
     control_period = 0.1
-    horizon = 1.0
     # Push-T allows 300 ticks (30 s); 150 ticks (15 s) is enough for a pose reached by a
     # sensible pusher and keeps a refined episode to a few seconds on two cores.
     max_ticks = 150

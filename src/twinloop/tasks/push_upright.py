@@ -51,7 +51,6 @@ class PushUpright(ArmTask):
 
     name = "push-upright"
     xml = "push_upright.xml"
-    horizon = 1.0
     max_ticks = 80
     workspace_low = np.array([-0.20, -0.15, 0.0])
     workspace_high = np.array([0.20, 0.15, 0.12])

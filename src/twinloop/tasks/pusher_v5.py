@@ -64,7 +64,6 @@ class PusherV5(Task):
     name = "pusher-v5"
     gym_id = "Pusher-v5"
     control_period = 0.05
-    horizon = 0.75
     max_ticks = 100
     cost_stride = 5
     obs_names = (*(f"{j}_angle" for j in ARM), *(f"{j}_rate" for j in ARM),

@@ -80,7 +80,6 @@ class RopeShape(GraspTask):
     name = "rope-shape"
     xml = "rope_shape.xml"
     control_period = 0.2
-    horizon = 1.0
     max_ticks = 25
     cost_stride = 5
     # m/s: normal episodes peak at 1.3-2.2 (a capsule whipped by the gripper); a pinch that blew

@@ -3,7 +3,8 @@
 ``make_world(task, name, **options)`` builds one by registry name; the CLI's ``--world``
 choices come from :data:`WORLDS`. A name with an argument is registered as ``PREFIX:ARG``
 (``gym:ENV_ID``, ``remote:ADDRESS``) and matches any ``PREFIX:...``; plain ``gym`` is the
-task's own gymnasium env (``task.gym_id``).
+task's own gymnasium env (``task.gym_id``); ``gym:MODULE:ENV_ID`` imports ``MODULE`` first, which
+registers a third-party env (gymnasium's convention).
 """
 
 from __future__ import annotations

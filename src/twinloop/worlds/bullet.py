@@ -61,6 +61,7 @@ class BulletWorld(World):
         limit = float(np.abs(m.actuator_forcerange).max()) if m.actuator_forcelimited.any() else 20.0
         self.pusher_force = limit if pusher_force is None else number(pusher_force, "pusher_force", low=0, low_open=True)
         self.obs_noise = noise_scales(task, number(noise, "noise", low=0, high=3, integer=True))
+        self.period = float(task.control_period)
         self.substeps = int(round(task.control_period / DT))
         self._data = mujoco.MjData(m)
         self.client = pybullet.connect(pybullet.DIRECT)

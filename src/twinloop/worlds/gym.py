@@ -33,6 +33,7 @@ problem, not deep inside the env.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import mujoco
@@ -76,11 +77,46 @@ def control_period_of(env, task=None) -> tuple[float, str]:
                         "give control_period= (the seconds one env.step() advances)")
 
 
+def import_env_module(env_id: str) -> str:
+    """Import the module of a ``MODULE:ENV_ID`` id (gymnasium's convention for an env a
+    package registers when imported) and return ``ENV_ID``; a plain id is returned as is."""
+    module, sep, name = env_id.rpartition(":")
+    if not sep:
+        return env_id
+    if not module or not name:
+        raise TwinloopError(f"env id {env_id!r}: a third-party env is named MODULE:ENV_ID (e.g. "
+                            "my_robots.envs:Pusher-v0), both parts non-empty")
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise TwinloopError(f"env id {env_id!r}: cannot import module {module!r} ({exc}); it must be importable "
+                            "from here (installed, or on PYTHONPATH) and register the env when imported") from exc
+    except Exception as exc:  # the module's own code failed
+        raise TwinloopError(f"env id {env_id!r}: importing module {module!r} failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    return name
+
+
+def make_env(env_id: str, **make_kwargs):
+    """``gymnasium.make`` of ``env_id`` (``ENV_ID``, or ``MODULE:ENV_ID``: the module is imported
+    first, which registers the env), with errors that name the id."""
+    import gymnasium as gym
+
+    name = import_env_module(env_id)
+    try:
+        return gym.make(name, **make_kwargs)
+    except gym.error.Error as exc:
+        hint = ("" if name != env_id else "; an env a package registers when imported is named MODULE:ENV_ID "
+                "(the module is imported first)")
+        raise TwinloopError(f"cannot make gymnasium env {env_id!r}: {exc}{hint}") from exc
+
+
 class GymWorld(World):
     """A gymnasium env behind the world protocol.
 
     Args:
-        env_or_id: a ``gymnasium.Env`` or an id for ``gymnasium.make``.
+        env_or_id: a ``gymnasium.Env`` or an id for ``gymnasium.make``; ``MODULE:ENV_ID``
+            imports ``MODULE`` first (which registers a third-party env, gymnasium's convention).
         state_from_obs: raw env observation -> ``(n,)`` array the controller observes.
         task: the task whose controller drives this world: its control period is checked
             against the env's, its action bounds are enforced, and its ``obs_from_env`` /
@@ -103,10 +139,7 @@ class GymWorld(World):
         except ImportError as exc:  # pragma: no cover - gymnasium is a test dependency
             raise TwinloopError("GymWorld needs gymnasium: pip install 'twinloop[gym]'") from exc
         if isinstance(env_or_id, str):
-            try:
-                env = gym.make(env_or_id, **make_kwargs)
-            except gym.error.Error as exc:
-                raise TwinloopError(f"cannot make gymnasium env {env_or_id!r}: {exc}") from exc
+            env = make_env(env_or_id, **make_kwargs)
         elif isinstance(env_or_id, gym.Env):
             if make_kwargs:
                 raise TwinloopError(f"keyword arguments {sorted(make_kwargs)} only apply when an env id is given")
@@ -120,7 +153,10 @@ class GymWorld(World):
         if state_from_obs is not None and obs_from_env is not None:
             raise TwinloopError("give state_from_obs (raw obs) or obs_from_env (raw obs, info), not both")
         self.env, self.task = env, task
-        self.env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+        if isinstance(env_or_id, str):  # as named (MODULE:ENV_ID says where the env comes from)
+            self.env_id = env_or_id
+        else:
+            self.env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
         if state_from_obs is not None:
             self._obs_map, self._obs_label = (lambda raw, info: state_from_obs(raw)), "state_from_obs"
         elif obs_from_env is not None:

@@ -1,0 +1,106 @@
+"""Every task with its defaults, as a user types it: base vs refined, one world and two world
+distributions no setting was tuned on.
+
+    python benchmarks/defaults_table.py [--tasks push-t,cloth-fold] [--episodes 20] [--out results/defaults-table.json]
+
+Rows: ``twinloop run --task T --world shifted --episodes N`` (world seed 0) and the same with
+``--world-per-episode --seed S`` for S = 1, 2 (each episode in its own shifted world). Only
+``--no-video --no-record --out`` are added (they change no episode). The rule the table is
+read against: refined success never below base success by more than one episode, and refined
+>= 80% wherever the base is >= 50%. Writes a JSON of every row (successes, Wilson intervals,
+control rates, the acceptance verdicts) and prints a Markdown table. Each row is run once, in
+order; a row already in ``--out`` is kept (a run cut short resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from twinloop.stats import wilson
+
+TASKS = ["push-t", "block-push", "push-upright", "pivot", "peg-insert", "pusher-v5", "cloth-fold", "rope-shape"]
+#: row key -> (label, extra options)
+WORLDS = {"seed0": ("shifted world, world seed 0", []),
+          "over1": ("over worlds, seed 1", ["--world-per-episode", "--seed", "1"]),
+          "over2": ("over worlds, seed 2", ["--world-per-episode", "--seed", "2"])}
+
+
+def run_row(task: str, extra: list[str], episodes: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["twinloop", "run", "--task", task, "--world", "shifted", "--episodes", str(episodes), *extra]
+        t0 = time.perf_counter()
+        proc = subprocess.run([*cmd, "--no-video", "--no-record", "--out", tmp], capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        s = json.loads((Path(tmp) / "summary.json").read_text())
+    rows = {r["controller"]: r for r in s["results"]}
+    accept = [e.get("accept") for e in s["per_episode"].get("refined", []) if e.get("accept")]
+    return {
+        "command": " ".join(cmd),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "episodes": episodes,
+        **{f"{k}_successes": rows[k]["successes"] for k in rows},
+        **{f"{k}_control_hz": round(rows[k]["control_hz"], 2) for k in rows},
+        "refined_ticks_sent": {"refined": sum(a["refined"] for a in accept), "base": sum(a["base"] for a in accept)}
+        if accept else None,
+        "config": s["config"],
+    }
+
+
+def verdict(row: dict) -> str:
+    b, r, n = row.get("base_successes"), row["refined_successes"], row["episodes"]
+    if b is None:
+        return "no base"
+    ok = r >= b - 1 and (b < 0.5 * n or r >= 0.8 * n)
+    return "meets" if ok else "MISSES"
+
+
+def cell(row: dict, k: str) -> str:
+    """``x/n [lo, hi]%`` of controller ``k``'s successes (95% Wilson interval)."""
+    x, n = row.get(f"{k}_successes"), row["episodes"]
+    if x is None:
+        return "-"
+    lo, hi = wilson(x, n)
+    return f"{x}/{n} [{100 * lo:.0f}, {100 * hi:.0f}]%"
+
+
+def table(rows: dict) -> str:
+    lines = ["| task | world | base | refined | refined Hz | rule |", "|---|---|---|---|---|---|"]
+    for key, row in rows.items():
+        task, world = key.split(" | ")
+        lines.append(f"| {task} | {WORLDS[world][0]} | {cell(row, 'base')} | {cell(row, 'refined')} | "
+                     f"{row['refined_control_hz']:.1f} | {verdict(row)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--worlds", default=",".join(WORLDS), help="comma-separated keys of WORLDS")
+    ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--out", default="results/defaults-table.json")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    rows = json.loads(out.read_text())["rows"] if out.exists() else {}
+    for task in args.tasks.split(","):
+        for world in args.worlds.split(","):
+            key = f"{task} | {world}"
+            if key in rows:
+                continue
+            rows[key] = run_row(task, WORLDS[world][1], args.episodes)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"rule": "refined >= base - 1 episode; refined >= 80% where base >= 50%",
+                                       "rows": rows}, indent=1))
+            print(key, {k: v for k, v in rows[key].items() if k.endswith(("successes", "hz", "wall_s"))},
+                  flush=True, file=sys.stderr)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Commands generated from the config dataclasses: one description per field.
+
+A command names the fields it shows as options (``{path: flags}``); each option's help is its
+field's description (the ``Attributes:`` section of the field's class), its type the field's
+annotation. Every other field is reachable through a repeated ``--set PATH=VALUE``, and
+``--recipe NAME|file.toml`` loads a recipe. An option left out sets nothing, so the layers below
+it (library < task < recipe) keep their value; :func:`resolve` says which layer set each one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+
+import typer
+
+from twinloop.cli.common import console, guard
+from twinloop.errors import TwinloopError
+from twinloop.recipes import Recipe, load_recipe
+from twinloop.recipes.build import with_built
+from twinloop.run.config import _optional, configure, field_type, parse_sets, path_doc
+from twinloop.tasks import task_defaults
+
+SET_HELP = ("Set any field by its path, typed by its annotation (repeatable): --set planner.refiner.n_knots=3, "
+            "--set experiment.world_seed=none. `twinloop fields COMMAND` lists the paths.")
+RECIPE_HELP = "A recipe (`twinloop recipes` lists them) or a recipe file (.toml): its settings, then the options."
+
+
+def resolve(cls, command: str, recipe: str | None, cli: Mapping[str, object], task_path: str = "experiment.task"):
+    """``(config, sources, recipe)`` of a command: library defaults < the task's defaults <
+    the recipe's settings < the command line's, each path set by the last that names it."""
+    rec: Recipe | None = load_recipe(recipe) if recipe else None
+    if rec is not None and rec.command != command:
+        raise TwinloopError(f"recipe {rec.name!r} is for `twinloop {rec.command}`, not `twinloop {command}`")
+    settings = with_built(rec, console.print) if rec is not None else {}
+    task = cli.get(task_path, settings.get(task_path))
+    if task is None:
+        task = field_default(cls, task_path)
+    cfg, sources = configure(cls, task_defaults(str(task)), settings, cli)
+    return cfg, sources, rec
+
+
+def field_default(cls, path: str):
+    """The library default of the field at ``path``."""
+    from twinloop.run.config import get_path
+
+    return get_path(cls(), path)
+
+
+def _option(cls, path: str, flags: tuple[str, ...]) -> tuple[str, inspect.Parameter]:
+    tp = field_type(cls, path)
+    inner, _ = _optional(tp)
+    if typing.get_origin(inner) is tuple:
+        inner = str  # a comma-separated list, parsed by the field's annotation
+    long, *short = flags
+    decls = [f"--{long}/--no-{long}"] if inner is bool else [f"--{long}", *short]
+    var = long.replace("-", "_")
+    doc = path_doc(cls, path)
+    opt = typer.Option(None, *decls, help=f"{doc} [{path}]", show_default=False)
+    return var, inspect.Parameter(var, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=inner | None)
+
+
+def config_command(cls, command: str, options: Mapping[str, tuple[str, ...]], body: Callable,
+                   extra: Mapping[str, tuple[type, object]] | None = None, doc: str = "") -> Callable:
+    """A typer command for config class ``cls``: an option per ``options`` path, plus
+    ``--recipe`` and ``--set``, plus ``extra`` command-only options ``{name: (type,
+    typer.Option)}``. It resolves the config and calls ``body(cfg, sources, recipe, **extra)``."""
+    params, names = [], {}
+    for path, flags in options.items():
+        var, p = _option(cls, path, flags)
+        names[var] = path
+        params.append(p)
+    params.append(inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
+                                    default=typer.Option(None, help=RECIPE_HELP)))
+    params.append(inspect.Parameter("set_", inspect.Parameter.KEYWORD_ONLY, annotation=list[str] | None,
+                                    default=typer.Option(None, "--set", help=SET_HELP, metavar="PATH=VALUE")))
+    for name, (tp, opt) in (extra or {}).items():
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=tp, default=opt))
+
+    def fn(**kw):
+        cli = {}
+        for var, path in names.items():
+            v = kw.pop(var)
+            if v is not None:
+                cli[path] = v
+        sets = parse_sets(cls, kw.pop("set_"))
+        clash = sorted(set(sets) & set(cli))
+        if clash:
+            raise TwinloopError(f"{', '.join(clash)} given both as an option and with --set: give it once")
+        cfg, sources, rec = resolve(cls, command, kw.pop("recipe"), {**cli, **sets})
+        return body(cfg, sources, rec, **kw)
+
+    fn.__signature__ = inspect.Signature(params)
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    fn.__name__ = command.replace("-", "_")
+    fn.__doc__ = doc
+    return guard(fn)

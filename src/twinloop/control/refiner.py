@@ -1,0 +1,507 @@
+"""The refiner: twin + task + optimizer (+ the proposer's prior).
+
+One refine iteration::
+
+    candidates = clip([mean, prior, carried, suggested, optimizer.sample(K - 2 - M)])   (K, N, nu) knots
+    rollouts   = twin.rollout(state, basis.controls(candidates), params)
+    J          = risk(task.cost(rollouts), over parameter particles)   (K,)
+    state      = optimizer.update(finite candidates, finite J)
+
+Everything an optimizer would otherwise repeat (clipping, keeping the incumbent and the base
+proposal in the batch, dropping non-finite rollouts, best-so-far, the deadline) is here. So is
+the batch itself: knots an optimizer suggests (``OptState.suggested``, e.g. a language
+model's plans, M of them) join the next batch in place of as many samples, and when another
+iteration follows the optimizer is told what the batch did (``OptState.feedback``).
+
+
+Simulating less for the same decision (what a real-time loop asks for):
+
+- a coarser twin (``make_twin(..., timestep=)``; :func:`check_timestep` tests that it ranks
+  candidates as the fine one does and stays stable);
+- ``prune``: roll every candidate to a fraction of the horizon, score that stretch, and
+  continue only the best ``prune_keep`` of them (the incumbent and the prior always); the
+  rest are dropped (cost ``inf``);
+- ``carry``: the ``M`` lowest-cost candidates of the last tick, shifted one tick, join the
+  batch (the controller passes them back as ``carry``), so good plans found once are not
+  left to chance again.
+
+``RefineResult.n_steps`` counts the physics steps simulated (the speed study's unit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import mujoco
+import numpy as np
+
+from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
+from twinloop.modifiers import through_delay_line
+from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
+from twinloop.plan.spline import KINDS
+from twinloop.tasks.base import Task
+from twinloop.tasks.checks import check_horizon
+from twinloop.twin.base import Rollouts, Twin, check_twin_scene
+
+#: physics steps one refine iteration may simulate (K x horizon steps), about 4 GB of states
+_MAX_STEPS = 5e7
+
+
+@dataclass(frozen=True)
+class RefinerConfig:
+    """Knobs of the refiner.
+
+    Attributes:
+        num_samples: K candidates per iteration (including the incumbent and the prior).
+        horizon: planning horizon (s); rounded to whole control ticks.
+        n_knots: spline knots per plan.
+        spline: ``zero`` | ``linear`` | ``cubic``.
+        iterations: optimizer iterations per ``refine`` call.
+        deadline: seconds per ``refine`` call; ``None`` runs all iterations.
+        risk: aggregation over parameter particles: ``mean`` | ``worst`` | ``cvar``.
+        cvar_alpha: tail fraction for ``cvar``.
+        seed: seed of the sampling stream.
+        prune: fraction of the horizon after which the worst candidates stop (0: never).
+        prune_keep: fraction of the candidates that continue past ``prune``.
+        carry: last tick's best candidates carried into this tick's batch.
+        exact_prior: rehearse and send a proposer's action chunk exactly: a plan made from it
+            keeps what its knots cannot express as per-tick ``detail`` (a grasp closing between
+            two ticks; see :class:`~twinloop.plan.Plan`). Off: the chunk's least-squares knots,
+            a smoothed copy of it.
+        prior_margin: trust in the base proposal: the refined plan replaces the prior only
+            where its cost is lower by more than this fraction of the prior's, ``J < (1 -
+            margin) |J_prior|`` (0: any improvement the twin predicts; a twin whose errors are
+            known should not win on small predicted gains).
+        actuation_delay: the robot's known actuation delay (s; rounded to twin steps, ``D``):
+            an action sent now reaches the actuators ``D`` steps later. Every candidate's
+            rollout then applies the controls still in the delay line (sent before, held as
+            the world holds them) for its first ``D`` steps and its own controls ``D`` steps
+            late, the way the world will execute them. 0: the twin applies a candidate at once.
+        binary_actions: treat the task's binary actions (:attr:`Task.binary_actions
+            <twinloop.tasks.Task.binary_actions>`: a pinch gripper's grasp) as open/closed
+            commands, snapped at the middle of their range in every action rehearsed and sent
+            (:meth:`~twinloop.plan.PlanSpec.bound`), the base proposal's too, also where it is
+            sent alone (``Controller(refine=False)``): a policy's soft grasp of 0.7 is sent
+            closed. Off: the actions are continuous, as the task's actuator takes them.
+        accept: when the synchronous controller sends the refined plan rather than the base
+            proposal (default ``robust``: refinement that does no harm where the twin is wrong;
+            without a base proposal, or in real time, the refined plan is always sent):
+            ``always`` (the refiner's choice) | ``trusted`` (only where the refined
+            plan's predicted advantage over the base proposal exceeds ``accept_factor`` times
+            the twin's recent cost error, measured tick by tick on the world; see
+            :class:`~twinloop.control.hooks.TrustedAcceptance`) | ``robust`` (only where the
+            refined plan beats the base proposal under ``accept_quantile`` of ``accept_particles``
+            parameter particles drawn from the twin's prior; see
+            :class:`~twinloop.control.hooks.RobustAcceptance`). Each tick then records which
+            plan was sent and why (``TickInfo.accept``).
+        accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
+        accept_particles: ``robust``: parameter particles (the nominal and prior draws).
+        accept_quantile: ``robust``: the fraction of them under which the refined plan must win.
+    """
+
+    num_samples: int = 64
+    horizon: float = 1.0
+    n_knots: int = 4
+    spline: str = "cubic"
+    iterations: int = 1
+    deadline: float | None = None
+    risk: str = "mean"
+    cvar_alpha: float = 0.25
+    seed: int = 0
+    prune: float = 0.0
+    prune_keep: float = 0.5
+    carry: int = 0
+    exact_prior: bool = False
+    prior_margin: float = 0.0
+    actuation_delay: float = 0.0
+    binary_actions: bool = False
+    accept: str = "robust"
+    accept_factor: float = 1.0
+    accept_particles: int = 8
+    accept_quantile: float = 0.75
+
+    def __post_init__(self):
+        checked = {
+            "num_samples": number(self.num_samples, "num_samples", low=2, integer=True),
+            "horizon": number(self.horizon, "horizon (s)", low=0, low_open=True),
+            "n_knots": number(self.n_knots, "n_knots", low=1, integer=True),
+            "iterations": number(self.iterations, "iterations", low=1, integer=True),
+            "deadline": None if self.deadline is None else number(self.deadline, "deadline (s)", low=0, low_open=True),
+            "cvar_alpha": number(self.cvar_alpha, "cvar_alpha", low=0, high=1, low_open=True),
+            "seed": number(self.seed, "seed", low=0, integer=True),
+            "prior_margin": number(self.prior_margin, "prior_margin", low=0, high=1, high_open=True),
+            "actuation_delay": number(self.actuation_delay, "actuation_delay (s)", low=0),
+            "accept_factor": number(self.accept_factor, "accept_factor", low=0),
+            "accept_particles": number(self.accept_particles, "accept_particles", low=2, integer=True),
+            "accept_quantile": number(self.accept_quantile, "accept_quantile", low=0, high=1, low_open=True),
+        }
+        for k, v in checked.items():
+            object.__setattr__(self, k, v)
+        choose("spline", self.spline, KINDS)
+        choose("risk", self.risk, RISKS)
+        choose("accept", self.accept, ("always", "trusted", "robust"))
+        if not 0 <= self.prune < 1:
+            raise TwinloopError(f"prune must be in [0, 1), got {self.prune}")
+        if not 0 < self.prune_keep <= 1:
+            raise TwinloopError(f"prune_keep must be in (0, 1], got {self.prune_keep}")
+        if not 0 <= self.carry <= self.num_samples - 2:
+            raise TwinloopError(f"carry must be in [0, num_samples - 2], got {self.carry}")
+
+
+@dataclass
+class RefineResult:
+    """Outcome of one ``refine`` call.
+
+    Attributes:
+        plan: the best plan found (lowest aggregated cost seen in any iteration).
+        cost: its cost.
+        prior_cost: cost of the base proposal (``nan`` without one).
+        iterations: iterations completed before the deadline.
+        n_rollouts: trajectories simulated (P x K per iteration).
+        n_unstable: of those, how many went non-finite or unstable.
+        seconds: wall time.
+        rollouts: the last iteration's rollouts (for plotting ghost traces), if kept.
+        costs: the last iteration's ``(K,)`` aggregated costs.
+        n_steps: physics steps simulated (all particles, candidates and iterations).
+        elites: ``(M, N, nu)`` knots of the last iteration's ``config.carry`` best candidates.
+        optimizer_info: what the optimizer reported (``OptState.info``).
+        offered_costs: ``(M,)`` costs of the ``proposals`` as rehearsed in the first batch
+            (``nan`` for those that did not fit in it); ``None`` without proposals.
+    """
+
+    plan: Plan
+    cost: float
+    prior_cost: float
+    iterations: int
+    n_rollouts: int
+    n_unstable: int
+    seconds: float
+    rollouts: object = None
+    costs: np.ndarray | None = None
+    n_steps: int = 0
+    elites: np.ndarray | None = None
+    optimizer_info: dict = field(default_factory=dict)
+    offered_costs: np.ndarray | None = None
+
+
+class Refiner:
+    """Refines a plan by rolling out candidates in a twin and re-selecting by cost.
+
+    Args:
+        task: cost, bounds, control period.
+        twin: a :class:`~twinloop.twin.base.Twin` of ``task.model``.
+        optimizer: the selection mechanism.
+        config: :class:`RefinerConfig`.
+        params: ``None`` (nominal twin) or ``(P, n)`` parameter particles to evaluate every
+            candidate under (domain randomization; costs aggregated by ``config.risk``).
+        keep_rollouts: keep the last iteration's rollouts in the result (for videos).
+        extra_costs: functions ``f(rollouts) -> (K,)`` added to the aggregated cost (e.g. an
+            information-gain bonus across parameter particles). Non-finite values are ignored.
+    """
+
+    def __init__(self, task: Task, twin: Twin, optimizer: Optimizer, config: RefinerConfig | None = None,
+                 params: np.ndarray | None = None, keep_rollouts: bool = False,
+                 extra_costs: Sequence[Callable[[Rollouts], np.ndarray]] = ()):
+        self.task, self.twin, self.optimizer = task, twin, optimizer
+        self.config = config or RefinerConfig()
+        if not isinstance(self.config, RefinerConfig):
+            raise TwinloopError(f"config must be a RefinerConfig, got {type(self.config).__name__}")
+        for what, obj, hook in (("optimizer", optimizer, "init"), ("optimizer", optimizer, "sample"),
+                                ("optimizer", optimizer, "update"), ("twin", twin, "rollout"), ("task", task, "cost")):
+            if not callable(getattr(obj, hook, None)):
+                raise TwinloopError(f"{what} {type(obj).__name__} has no {hook}() method")
+        check_twin_scene(twin, task.model, task.name)  # equal nu alone let a block-push refiner run on push-t
+        n = task.control_period / twin.dt
+        if abs(n - round(n)) > 1e-6 * max(n, 1.0) or round(n) < 1:
+            raise TwinloopError(f"the twin's timestep {twin.dt:g} s does not divide task {task.name!r}'s control "
+                                f"period {task.control_period:g} s; the twin would tick at {round(n) * twin.dt:g} s")
+        substeps = int(round(n))
+        ticks = max(1, int(round(check_horizon(task, self.config.horizon) / task.control_period)))
+        if ticks * substeps * self.config.num_samples > _MAX_STEPS:
+            raise TwinloopError(f"horizon {self.config.horizon:g} s x num_samples {self.config.num_samples} is "
+                                f"{ticks * substeps * self.config.num_samples:.3g} physics steps per iteration "
+                                f"(at most {_MAX_STEPS:.0e})")
+        if self.config.binary_actions and not task.binary_actions:
+            raise TwinloopError(f"binary_actions=True: task {task.name!r} declares no binary actions "
+                                "(Task.binary_actions); its actions are continuous")
+        self.spec = PlanSpec(ticks, task.control_period, substeps, min(self.config.n_knots, ticks),
+                             self.config.spline, task.action_low, task.action_high,
+                             task.binary_actions if self.config.binary_actions else ())
+        self.basis = PlanBasis(self.spec)
+        #: the actuation delay in twin steps (``config.actuation_delay`` rounded)
+        self.delay_steps = int(round(self.config.actuation_delay / twin.dt))
+        if self.delay_steps >= ticks * substeps:
+            raise TwinloopError(f"actuation_delay {self.config.actuation_delay:g} s is not shorter than the horizon "
+                                f"{ticks * task.control_period:g} s: no candidate would act within it")
+        self.params = None if params is None else twin.param_space.check(np.atleast_2d(params), "params")
+        # prune at a tick boundary strictly inside the horizon
+        self.prune_step = int(round(self.config.prune * ticks)) * substeps if self.config.prune else 0
+        if self.prune_step >= ticks * substeps:
+            self.prune_step = 0
+        if self.prune_step and (task.model.na or (self.params is not None and len(self.params) > 1)):
+            raise TwinloopError("prune needs a twin without actuator activations and at most one parameter particle")
+        self.keep_rollouts = keep_rollouts
+        self.extra_costs = tuple(extra_costs)
+        for f in self.extra_costs:
+            if not callable(f):
+                raise TwinloopError(f"extra_costs must be functions f(rollouts) -> (K,), got {f!r}")
+        self.rng = np.random.default_rng(self.config.seed)
+        self._description = task.description()
+        self._state_names = qpos_names(task.model)
+
+    def reseed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def set_params(self, params: np.ndarray | None) -> None:
+        """Change the parameter particles (e.g. after calibration)."""
+        self.params = None if params is None else self.twin.param_space.check(np.atleast_2d(params), "params")
+
+    def plan_from_actions(self, actions) -> Plan:
+        """A plan from a ``(H', nu)`` per-tick action chunk (held past its end): its
+        least-squares knots, and with ``config.exact_prior`` the chunk's detail they cannot
+        express, so that the plan sends the chunk exactly (see :class:`~twinloop.plan.Plan`)."""
+        plan = self.basis.plan_from_ticks(actions)
+        return plan if self.config.exact_prior else Plan(plan.knots, self.spec)
+
+    def hold_plan(self, action) -> Plan:
+        return Plan.constant(self.spec, action)
+
+    def in_flight(self, state: np.ndarray, line=None) -> np.ndarray:
+        """``(D, nu)`` controls per twin step in the actuation delay line, oldest first
+        (``D = delay_steps``): ``line`` checked, or for ``None`` the task's hold action at
+        ``state`` (an episode's start, where a world fills its delay line with it)."""
+        if line is None:
+            return np.repeat(self.task.hold_action(state)[None], self.delay_steps, axis=0)
+        return as_array(line, "in_flight (delay line)", (self.delay_steps, self.task.nu))
+
+    def sent(self, state: np.ndarray, line, action) -> np.ndarray:
+        """The delay line after ``action`` was sent for one control tick (see :meth:`in_flight`)."""
+        held = np.repeat(np.asarray(action, dtype=float)[None], self.spec.substeps, axis=0)
+        return np.concatenate([self.in_flight(state, line), held])[len(held):]
+
+    def evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None,
+                 in_flight: np.ndarray | None = None):
+        """Roll out ``(K, N, nu)`` knots (each plus the ``(H, nu)`` per-tick ``detail``), behind
+        the ``in_flight`` delay line (see :meth:`in_flight`; only with an actuation delay); returns
+        ``(rollouts, (K,) aggregated costs)``. With ``config.prune`` the candidates dropped at
+        the prune point (never the first ``keep``) hold their state from there and cost ``inf``."""
+        return self._evaluate(state, knots, keep, detail, in_flight)[:2]
+
+    def _evaluate(self, state: np.ndarray, knots: np.ndarray, keep: int = 0, detail: np.ndarray | None = None,
+                  in_flight: np.ndarray | None = None):
+        """:meth:`evaluate`, and the physics steps it simulated."""
+        ctrl = self.basis.controls(knots, detail)
+        if self.delay_steps:  # what the actuators will receive: the line's controls, then ours late
+            ctrl = through_delay_line(ctrl, self.in_flight(state, in_flight))
+        if not self.prune_step:
+            r = self.twin.rollout(state, ctrl, self.params)
+            return r, self.score(r), r.ok.size * ctrl.shape[1]
+        split, (K, T, _) = self.prune_step, ctrl.shape
+        head = self.twin.rollout(state, ctrl[:, :split], self.params)
+        partial = self.score(head)
+        n_keep = max(keep, int(np.ceil(self.config.prune_keep * K)))
+        kept = np.zeros(K, bool)
+        kept[:keep] = True
+        for i in np.argsort(partial, kind="stable"):
+            if kept.sum() >= n_keep:
+                break
+            kept[i] = True
+        idx = np.flatnonzero(kept & np.isfinite(partial) | (np.arange(K) < keep))
+        starts = np.concatenate([head.qpos[0, idx, -1], head.qvel[0, idx, -1]], axis=1)
+        tail = self.twin.rollout_many(starts, ctrl[idx, split:], self.params)
+
+        def join(a, b):
+            out = np.concatenate([a, np.repeat(a[:, :, -1:], T - split, axis=2)], axis=2)
+            out[:, idx, split + 1:] = b[:, :, 1:]
+            return out
+
+        ok = head.ok.copy()
+        ok[:, idx] &= tail.ok
+        r = Rollouts(join(head.qpos, tail.qpos), join(head.qvel, tail.qvel),
+                     join(head.sensordata, tail.sensordata), ctrl, ok, head.dt)
+        c = self.score(r)
+        dropped = np.ones(K, bool)
+        dropped[idx] = False
+        c[dropped] = np.inf
+        return r, c, head.ok.size * split + tail.ok.size * (T - split)
+
+    def plan_costs(self, state: np.ndarray, plan: Plan, params: np.ndarray,
+                   in_flight: np.ndarray | None = None) -> np.ndarray:
+        """``(P,)`` task cost of one ``plan`` (with its detail) from ``state`` under each of the
+        ``(P, n)`` parameter particles ``params`` (``inf`` where a rollout went unstable), behind
+        the ``in_flight`` delay line as :meth:`evaluate` rolls it out."""
+        ctrl = self.basis.controls(plan.knots[None], plan.detail)
+        if self.delay_steps:
+            ctrl = through_delay_line(ctrl, self.in_flight(state, in_flight))
+        r = self.twin.rollout(state, ctrl, params)
+        c = np.asarray(self.task.cost(r), dtype=float)[:, 0]
+        return np.where(r.ok[:, 0] & np.isfinite(c), c, np.inf)
+
+    def score(self, r: Rollouts) -> np.ndarray:
+        """``(K,)`` cost of rollouts: the task's, aggregated over particles, plus extra costs."""
+        agg = aggregate(self.task.cost(r), r.ok, self.config.risk, self.config.cvar_alpha)
+        for f in self.extra_costs:
+            extra = np.asarray(f(r), dtype=float)
+            if extra.shape != agg.shape:
+                raise TwinloopError(f"extra cost {f!r} returned shape {extra.shape}, expected {agg.shape}")
+            agg = agg + np.where(np.isfinite(extra), extra, 0.0)
+        return agg
+
+    def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
+               proposals: np.ndarray | None = None, carry: np.ndarray | None = None,
+               in_flight: np.ndarray | None = None, proposal_detail: np.ndarray | None = None) -> RefineResult:
+        """Best plan from ``state`` within the iteration budget and the deadline.
+
+        A plan's per-tick ``detail`` (what its knots cannot express: a grasp closing between two
+        ticks) travels with it: the prior is rehearsed, and if it wins sent, exactly as
+        proposed; the warm plan and the samples drawn around it carry the warm plan's detail
+        (on the first tick, when the warm start is the prior, the prior's steps); the returned
+        plan carries its own.
+
+        Args:
+            state: ``(nstate,)`` twin state.
+            prior: base proposal (e.g. a policy's action chunk as a plan), or ``None``.
+            warm: last tick's plan shifted by one tick; defaults to ``prior`` or holding the
+                middle of the action range.
+            proposals: ``(M, N, nu)`` knots sampled from a stochastic proposer: they join the
+                first iteration's batch (after the incumbent and the prior, before ``carry``) for
+                every optimizer, and best-of-N perturbs around them.
+            carry: ``(M, N, nu)`` knots carried from the last tick (its ``elites``, shifted);
+                they join the first iteration's batch.
+            in_flight: with ``config.actuation_delay``, the ``(D, nu)`` controls still in the
+                delay line (see :meth:`in_flight`); ``None``: the hold action at ``state``.
+            proposal_detail: ``(M, H, nu)`` per-tick detail of the proposals (their chunks'
+                under ``config.exact_prior``, see :meth:`plan_from_actions`), so each is
+                rehearsed as proposed; ``None``: none.
+
+        Raises:
+            RefinementFailed: if no candidate in any iteration had a finite cost.
+        """
+        t0 = time.perf_counter()
+        cfg = self.config
+        s = as_array(state, "state", (self.task.nstate,))
+        lo, hi = self.spec.low, self.spec.high
+        line = self.in_flight(s, in_flight) if self.delay_steps else None
+        if warm is None:
+            warm = prior if prior is not None else self.hold_plan((lo + hi) / 2)
+        for name, p in (("prior", prior), ("warm", warm)):
+            if p is not None and not isinstance(p, Plan):
+                raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
+            if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
+                raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
+            if p is not None:  # named here: deeper down a NaN knot is only "ctrl contains NaN"
+                as_array(p.knots, f"{name} plan knots")
+                if p.detail is not None:
+                    as_array(p.detail, f"{name} plan detail")
+            if p is not None and p.detail is not None and p.detail.shape != (self.spec.horizon_ticks, self.spec.nu):
+                raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
+                                    f"{(self.spec.horizon_ticks, self.spec.nu)}")
+        pk = None if prior is None else prior.knots
+        ostate = self.optimizer.init(warm.knots, pk, lo, hi)
+        offered, offered_d = [], None  # a stochastic proposer's samples, in the first batch
+        if proposals is not None:
+            props = np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi)
+            ostate = ostate.with_(proposals=props)
+            offered = list(props)
+            if proposal_detail is not None:
+                offered_d = as_array(proposal_detail, "proposal_detail", (len(props), self.spec.horizon_ticks, self.spec.nu))
+        details = self._details(warm, prior, offered_d is not None)
+        fixed = [ostate.mean] + ([pk] if pk is not None else [])
+        carried = [] if carry is None else list(np.clip(as_array(carry, "carry", (None, *warm.knots.shape)), lo, hi))
+        best_k, best_c, prior_c = None, np.inf, np.nan
+        offered_c = np.full(len(offered), np.nan) if proposals is not None else None
+        prior_k = prior_d = None  # the prior as rehearsed (row 1 of the first batch)
+        n_roll = n_bad = it = n_steps = 0
+        last_r = last_c = None
+        iter_time = 0.0
+        while it < cfg.iterations:
+            if cfg.deadline is not None and it > 0 and (time.perf_counter() - t0) + iter_time > cfg.deadline:
+                break
+            ti = time.perf_counter()
+            incumbent = [ostate.mean] + fixed[1:] if it else fixed
+            extra = [] if it else (offered + carried)[: max(cfg.num_samples - len(incumbent), 0)]
+            head = np.stack(incumbent + extra)
+            if ostate.suggested is not None:  # evaluated once, in place of as many samples
+                head = np.concatenate([head, ostate.suggested[: cfg.num_samples - len(head)]])
+                ostate = ostate.with_(suggested=None)
+            n_new = cfg.num_samples - len(head)
+            sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
+            cand = np.clip(np.concatenate([head, sampled]), lo, hi)
+            detail = None
+            if details is not None:  # the warm plan's for every candidate, the prior's for it (row 1)
+                detail = np.repeat(details[:1], len(cand), axis=0)
+                if prior is not None:
+                    detail[1] = details[1]
+                if offered_d is not None and it == 0:
+                    n_off = min(len(offered_d), len(cand) - len(incumbent))
+                    detail[len(incumbent) : len(incumbent) + n_off] = offered_d[:n_off]
+            r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail, in_flight=line)
+            n_steps += steps
+            n_roll += r.ok.size
+            n_bad += r.n_unstable
+            if offered and it == 0:
+                n_off = min(len(offered), len(extra))
+                offered_c[:n_off] = c[len(incumbent) : len(incumbent) + n_off]
+            if pk is not None and it == 0:
+                prior_c, prior_k = float(c[1]), cand[1].copy()
+                prior_d = None if detail is None else detail[1]
+            finite = np.isfinite(c)
+            if finite.any():
+                j = int(np.argmin(np.where(finite, c, np.inf)))
+                if c[j] < best_c:
+                    best_c, best_k = float(c[j]), cand[j].copy()
+                    best_d = None if detail is None else detail[j]
+                fb = self._feedback(r, cand, c) if it + 1 < cfg.iterations else None
+                ostate = self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
+            last_r, last_c = r, c
+            it += 1
+            iter_time = time.perf_counter() - ti
+        if best_k is None:
+            raise RefinementFailed(f"all {n_roll} rollouts were non-finite or unstable; no plan to select")
+        if cfg.prior_margin and np.isfinite(prior_c) and not best_c < prior_c - cfg.prior_margin * abs(prior_c):
+            best_k, best_c, best_d = prior_k, prior_c, prior_d
+        elites = None
+        if cfg.carry:
+            order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")
+            elites = cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
+        return RefineResult(
+            plan=Plan(best_k, self.spec, best_d), cost=best_c, prior_cost=prior_c, iterations=it,
+            n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
+            rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
+            optimizer_info=dict(ostate.info), offered_costs=offered_c,
+        )
+
+    def _details(self, warm: Plan, prior: Plan | None, offered: bool = False) -> np.ndarray | None:
+        """``(1 or 2, H, nu)``: the warm plan's per-tick detail (which its samples share), then
+        the prior's; ``None`` when neither has any and no ``offered`` proposal does."""
+        if warm.detail is None and (prior is None or prior.detail is None) and not offered:
+            return None
+        zero = np.zeros((self.spec.horizon_ticks, self.spec.nu))
+        own = zero if warm.detail is None else warm.detail
+        return np.stack([own] + ([] if prior is None else [zero if prior.detail is None else prior.detail]))
+
+    def _feedback(self, r: Rollouts, cand: np.ndarray, costs: np.ndarray) -> Feedback:
+        """What the batch did, for an optimizer that reasons over rollouts (see ``Feedback``)."""
+        ticks = np.arange(0, r.horizon_steps + 1, self.spec.substeps)
+        return Feedback(
+            description=self._description, spec=self.spec, candidates=cand, costs=costs,
+            unstable=~r.ok.all(axis=0), times=ticks * r.dt, states=r.qpos[0][:, ticks],
+            state_names=self._state_names,
+            cost_terms=lambda: {k: v.mean(axis=0) for k, v in self.task.rollout_terms(r).items()},
+            failure=self.task.failure,
+        )
+
+
+def qpos_names(model: mujoco.MjModel) -> tuple[str, ...]:
+    """``(nq,)`` names of a model's position coordinates: the joint's name, indexed for the
+    7 of a free joint and the 4 of a ball joint."""
+    width = {int(mujoco.mjtJoint.mjJNT_FREE): 7, int(mujoco.mjtJoint.mjJNT_BALL): 4}
+    names: list[str] = []
+    for j in range(model.njnt):
+        name = model.joint(j).name or f"joint{j}"
+        n = width.get(int(model.jnt_type[j]), 1)
+        names += [name] if n == 1 else [f"{name}[{i}]" for i in range(n)]
+    return tuple(names)
+

@@ -1,0 +1,216 @@
+"""From a run's configuration to what runs: the task, the world, the proposer, the refiner
+and the controllers (base and refined) of a comparison (:mod:`twinloop.run.compare` runs them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from twinloop.calib.monitor import GapMonitor, MonitorConfig
+from twinloop.calib.posterior import Posterior
+from twinloop.calib.windows import record_trajectory
+from twinloop.control import (
+    AsyncController,
+    Controller,
+    GapWatch,
+    ProposerSamples,
+    Refiner,
+    check_samples,
+    check_timestep,
+)
+from twinloop.control.hooks import acceptance_hooks
+from twinloop.errors import TwinloopError
+from twinloop.plan import make_optimizer
+from twinloop.policies import make_proposer
+from twinloop.tasks import make_task
+from twinloop.twin import make_twin
+from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world
+from twinloop.worlds.shifted import nominal_counterpart
+
+if TYPE_CHECKING:
+    from twinloop.run.compare import RunConfig
+
+
+def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
+    """(task, world, proposer, refiner) for a config; in real time the world is a
+    :class:`~twinloop.worlds.RealtimeWorld` (see :attr:`RunConfig.rate`), with
+    ``world_per_episode`` a :class:`~twinloop.worlds.PerEpisodeWorld`. ``check_twin``: check a
+    coarser twin timestep once (the driver does; the workers building the same twin need not)."""
+    task = make_task(cfg.experiment.task)
+    sim = cfg.experiment.world in ("nominal", "shifted")
+    period = None
+    if cfg.realtime and sim:
+        period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
+
+    def world_of(seed: int):
+        return make_world(task, cfg.experiment.world, severity=cfg.experiment.severity, seed=seed, period=period, token=cfg.token)
+
+    world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.experiment.world_per_episode else world_of(world_seed(cfg))
+    if cfg.realtime:
+        world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
+    proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
+    check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
+    grasp = cfg.grasp
+    if grasp is not None and grasp.observer:
+        task.state_estimator(stateful=True)  # refused by a task without one
+    if grasp is not None and grasp.repair and not task.candidate_sources(repair_options(cfg)):
+        raise TwinloopError(f"repair=True: task {cfg.experiment.task!r} has no repair primitive "
+                            "(Task.candidate_sources)")
+    if cfg.monitor == "fallback" and proposer is None:
+        raise TwinloopError(f"monitor='fallback' falls back to the base proposer; proposer {cfg.proposer!r} has none")
+    if cfg.monitor in ("widen", "refit", "adapt") and not len(task.param_space()):
+        raise TwinloopError(f"monitor={cfg.monitor!r} changes the twin's parameters; task {cfg.experiment.task!r} has none")
+    if cfg.monitor == "adapt" and not task.param_space().on("actuator"):
+        raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.experiment.task!r} has none among "
+                            f"{task.param_space().names}")
+    twin = refiner_twin(task, cfg.planner.backend, cfg.planner.twin_timestep, cfg.planner.refiner.horizon, cfg.experiment.seed, check_twin)
+    refiner = Refiner(task, twin, make_optimizer(cfg.planner.optimizer, llm=cfg.planner.llm, noise=cfg.planner.noise), cfg.planner.refiner,
+                      params=planning_particles(cfg, twin.param_space), keep_rollouts=keep_rollouts)
+    return task, world, proposer, refiner
+
+
+def planning_particles(cfg: RunConfig, space) -> np.ndarray | None:
+    """``(P, n)`` parameter particles of ``space`` the refiner plans under (see
+    :attr:`RunConfig.particles` and :attr:`RunConfig.posterior`), or ``None`` (the nominal
+    twin)."""
+    if cfg.planner.posterior is not None:
+        if not len(space):
+            raise TwinloopError(f"posterior={cfg.planner.posterior!r}: task {cfg.experiment.task!r} has no parameters to plan with")
+        post = Posterior.load(cfg.planner.posterior, space)
+        if cfg.planner.particles < 2:
+            return post.estimate[None].copy()
+        if cfg.planner.particles > len(post.particles):
+            raise TwinloopError(f"particles={cfg.planner.particles}: posterior {cfg.planner.posterior!r} holds "
+                                f"{len(post.particles)} samples")
+        return post.particles[:cfg.planner.particles].copy()
+    if cfg.planner.particles < 2:
+        return None
+    if not len(space):
+        raise TwinloopError(f"particles={cfg.planner.particles}: task {cfg.experiment.task!r} has no parameters to draw particles of")
+    return space.prior_particles(np.random.default_rng([cfg.experiment.seed, 3]), cfg.planner.particles)
+
+
+def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,
+                 seed: int = 0, check: bool = True):
+    """The twin a refiner plans in: ``backend`` at ``timestep`` (s) when that is coarser than the
+    scene's, checked once (``check``) to rank candidates as the scene's own step does over
+    ``horizon`` (:func:`~twinloop.control.check_timestep`)."""
+    twin = make_twin(backend, task.model, task.param_space())
+    if timestep is not None and timestep > task.model.opt.timestep * (1 + 1e-9):
+        coarse = make_twin(backend, task.model, task.param_space(), timestep=timestep)
+        if check:
+            check_timestep(task, coarse, twin, horizon=horizon, seed=seed)
+        twin = coarse
+    return twin
+
+
+def planner_twin(planner, task, space=None):
+    """The twin of a planner section (:class:`~twinloop.run.sections.PlannerConfig`): its backend
+    at its ``twin_timestep`` where that is coarser than the scene's, over ``space`` (default: the
+    task's parameters). Unchecked: a loop that builds it per episode checks it once itself."""
+    space = task.param_space() if space is None else space
+    step = planner.twin_timestep
+    coarse = step is not None and step > task.model.opt.timestep * (1 + 1e-9)
+    return make_twin(planner.backend, task.model, space, **({"timestep": step} if coarse else {}))
+
+
+def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
+    """``(world, controller)`` of the comparison's controller ``name`` (``base`` | ``refined``):
+    the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`. The refined
+    controller of a run with ``cfg.monitor`` watches with ``watch``, the ``(error, threshold)``
+    calibrated by :func:`calibrate_monitor`."""
+    task, world, proposer, refiner = build(cfg, check_twin=False)
+    if name == "base":
+        return world, Controller(refiner, proposer, refine=False)
+    if cfg.realtime:
+        return world, AsyncController(refiner, proposer, cfg.async_control,
+                                      sources=candidate_sources_of(task, cfg, proposer))
+    return world, refined_controller(cfg, task, proposer, refiner, watch)
+
+
+def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | None = None) -> Controller:
+    """The synchronous refined controller, watched by the run's gap monitor (if any) with
+    ``watch = (error, threshold)``."""
+    monitor = None
+    if cfg.monitor is not None:
+        if watch is None:
+            raise TwinloopError("a monitored run's refined controller needs the monitor's (error, threshold)")
+        monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
+    stateful = cfg.grasp is not None and cfg.grasp.observer
+    estimator = task.state_estimator(stateful, None if refiner.params is None else refiner.params[0])
+    hooks = ([] if monitor is None else [GapWatch(monitor)]) + acceptance_hooks(cfg.refiner)
+    return Controller(refiner, proposer, estimator=estimator, sources=candidate_sources_of(task, cfg, proposer),
+                      hooks=hooks)
+
+
+def repair_options(cfg: RunConfig) -> dict:
+    """The run's options of a task's candidate sources (:meth:`Task.candidate_sources`): the
+    grasp section's repair, pushes, reach, re-grasp reach and commit margin."""
+    g = cfg.grasp
+    if g is None:
+        return {"repair": False}
+    return {"repair": g.repair, "repair_push": g.push, "repair_reach": g.reach, "repair_commit": g.commit,
+            "repair_regrasp_reach": g.regrasp_reach}
+
+
+def candidate_sources_of(task, cfg: RunConfig, proposer) -> list:
+    """The refined controller's candidate sources: the task's own (its repair), then the
+    proposer's ``cfg.proposal_samples`` samples."""
+    n = cfg.proposal_samples
+    samples = [ProposerSamples(proposer, n, cfg.proposer)] if n else []
+    return [*task.candidate_sources(repair_options(cfg)), *samples]
+
+
+def monitor_config(cfg: RunConfig) -> MonitorConfig:
+    """The gap monitor of a run (its action; the library's defaults otherwise, seeded by ``cfg.experiment.seed``)."""
+    return MonitorConfig(action=cfg.monitor, seed=cfg.experiment.seed)
+
+
+def monitor_seeds(cfg: RunConfig) -> list[int]:
+    """Seeds of the nominal episodes a run's monitor threshold is calibrated on: after the
+    run's own block of episode seeds (``seed * 100000 + 50000 + i``)."""
+    return [cfg.experiment.seed * 100_000 + 50_000 + i for i in range(cfg.monitor_episodes)]
+
+
+def monitor_world(cfg: RunConfig, task, period: float, world=None):
+    """Where a run's monitor threshold is calibrated: a world that behaves like the twin. For
+    ``shifted`` its nominal counterpart (:func:`~twinloop.worlds.shifted.nominal_counterpart`:
+    its noise, delay and engine); for ``nominal`` the twin itself; for any other world the
+    twin's own scene with the world's observation noise where it declares one (``obs_noise``):
+    what a gymnasium env, another engine or a robot hides is unknown, and reads as gap."""
+    e = cfg.experiment
+    if e.world in ("shifted", "nominal"):
+        return nominal_counterpart(task, e.severity if e.world == "shifted" else 0, period)
+    return TwinWorld(task, obs_noise=getattr(world, "obs_noise", None), period=period)
+
+
+def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float, world=None) -> tuple[tuple, dict]:
+    """Record ``cfg.monitor_episodes`` refined episodes (no monitor, ``cfg.experiment.max_ticks`` or the
+    task's length, not stopped at success) in the nominal counterpart of the run's world and
+    calibrate the monitor on them (:meth:`GapMonitor.from_nominal`). Returns the monitor's
+    ``(error, threshold)`` (see :func:`controller_in_world`) and what ``summary.json`` says
+    about it."""
+    world = monitor_world(cfg, task, period, world)
+    ctl = Controller(refiner, proposer)
+    ticks = cfg.experiment.max_ticks or task.max_ticks
+    trajs = []
+    for s in monitor_seeds(cfg):
+        ctl.reset(s)
+        trajs.append(record_trajectory(world, lambda obs, _k: ctl.act(obs), s, ticks))
+    mcfg = monitor_config(cfg)
+    m = GapMonitor.from_nominal(task, refiner.twin, trajs, mcfg, params=refiner.params)
+    return (m.error, m.threshold), {"action": cfg.monitor, "threshold": m.threshold, "window": mcfg.window,
+                         "quantile": mcfg.quantile, "margin": mcfg.margin, "nominal_seeds": monitor_seeds(cfg),
+                         "nominal_ticks": ticks, "nominal_world": world.describe()}
+
+
+def world_seed(cfg: RunConfig) -> int:
+    """The seed of a run's one world: ``experiment.world_seed``, else ``experiment.seed``."""
+    return cfg.experiment.one_world_seed
+
+
+def episode_seeds(cfg: RunConfig) -> list[int]:
+    """The run's episode seeds (:meth:`ExperimentConfig.episode_seeds
+    <twinloop.run.sections.ExperimentConfig.episode_seeds>`)."""
+    return cfg.experiment.episode_seeds()
