@@ -263,7 +263,8 @@ def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms
     # push-upright, world seeds 0-3: seed 3's arm is 34% softer than the twin's, and the
     # monitor, calibrated on nominal episodes with the same noise and delay, sees it
     args = ["run", "--task", "push-upright", "--proposer", "open-loop", "--world-per-episode", "--episodes", "4",
-            "--max-ticks", "20", "--monitor", "flag", "--set", "monitor_episodes=2", "--no-video", "--no-record"]
+            "--max-ticks", "20", "--monitor", "flag", "--set", "monitor_episodes=2", "--no-video", "--no-record",
+            "--set", "planner.refiner.accept=always"]  # the refiner's own plans, as the threshold was measured
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "a" / "summary.json").read_text())

@@ -136,9 +136,7 @@ class RunConfig:
                 (g.commit is not None, "repair_commit carries a repair on tick by tick; it cannot run in real time "
                  "(realtime=True)"),
                 (g.observer, "observer=True predicts the last estimate one control tick ahead; the real-time "
-                 "controller's ticks have no fixed period (realtime=True)"),
-                (self.refiner.accept != "always", f"accept={self.refiner.accept!r} decides tick by tick on the "
-                 "synchronous refined controller; it cannot run in real time (realtime=True)")):
+                 "controller's ticks have no fixed period (realtime=True)")):
             if on:
                 raise TwinloopError(why)
 
