@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from twinloop import plugins
 from twinloop.cli.common import (
     OUT_HELP,
     console,
@@ -65,6 +66,8 @@ def published(recipe: Recipe) -> str:
 
 @guard
 def demo(
+    task: str = typer.Option(None, help="Any task (a registered name, path/to/file.py:Class or package.module:Class) "
+                             "with its own defaults; default: the recipe push-t-demo."),
     episodes: int = typer.Option(None, help="Episodes per controller (default 20)."),
     seed: int = typer.Option(None, help="Seed of the world's hidden physics and the episodes (default 0)."),
     out: str = typer.Option(None, help=OUT_HELP),
@@ -72,10 +75,12 @@ def demo(
     video: bool = typer.Option(None, "--video/--no-video", help="Render one refined episode with ghost rollouts."),
 ):
     """Push-T in a shifted world: the scripted proposer alone vs with MPPI refinement (K=32,
-    0.5 s horizon, 10 ms twin steps): the recipe push-t-demo."""
-    cli = {path: v for path, v in (("experiment.episodes", episodes), ("experiment.seed", seed),
-                                   ("experiment.out", out), ("experiment.video", video)) if v is not None}
-    cfg, sources, rec = resolve(RunConfig, "run", DEMO_RECIPE, cli)
+    0.5 s horizon, 10 ms twin steps): the recipe push-t-demo. With --task, the same experiment
+    on that task with its own defaults."""
+    cli = {path: v for path, v in (("experiment.task", task), ("experiment.episodes", episodes),
+                                   ("experiment.seed", seed), ("experiment.out", out), ("experiment.video", video))
+           if v is not None}
+    cfg, sources, rec = resolve(RunConfig, "run", None if task else DEMO_RECIPE, cli)
     _run(cfg, overwrite, sources=sources, recipe=rec)
 
 
@@ -159,11 +164,13 @@ def fields(command: str = typer.Argument("run", help="The command whose settings
 
 
 def tasks():
-    """List the registered tasks, what they ask and their default parameters."""
+    """List the registered tasks (and those installed packages register as entry points of
+    group twinloop.tasks), what they ask and their default parameters. A task of your own
+    needs no registration: --task path/to/file.py:Class or package.module:Class."""
     t = Table(title="tasks")
     for c in ("name", "actions", "control period", "episode ticks", "parameters", "description"):
         t.add_column(c)
-    for name in TASKS:
+    for name in [*TASKS, *sorted(set(plugins.entry_points("task")) - set(TASKS))]:
         try:
             task = make_task(name)
             task.model  # noqa: B018 - a task whose scene cannot load says why in its row
