@@ -97,10 +97,8 @@ RUN_OPTIONS = {
     "proposer": ("proposer",),
     "checkpoint": ("checkpoint",),
     "planner.optimizer": ("optimizer",),
-    "planner.backend": ("backend",),
     "planner.refiner.num_samples": ("num-samples", "-k"),
     "planner.refiner.horizon": ("horizon",),
-    "planner.refiner.iterations": ("iterations",),
     "planner.refiner.exact_prior": ("exact-prior",),
     "planner.noise": ("noise",),
     "planner.twin_timestep": ("twin-timestep",),
@@ -133,13 +131,11 @@ run = config_command(
 @guard
 def recipes():
     """List the shipped recipes: what each runs, its published result and its command."""
-    t = Table(title="recipes")
-    for c in ("name", "command", "published result", "description"):
-        t.add_column(c)
     for name in recipe_names():
         r = load_recipe(name)
-        t.add_row(name, r.command_line(), published(r), r.description)
-    console.print(t)
+        console.print(f"[bold]{name}[/]  {r.command_line()}", soft_wrap=True, highlight=False)
+        console.print(f"  {r.description}", soft_wrap=True, highlight=False)
+        console.print(f"  published: {published(r)}", soft_wrap=True, highlight=False)
 
 
 @guard
@@ -149,13 +145,11 @@ def fields(command: str = typer.Argument("run", help="The command whose settings
     cls = CONFIGS.get(command)
     if cls is None:
         raise TwinloopError(f"no generated settings for command {command!r}: known are {', '.join(CONFIGS)}")
-    t = Table(title=f"twinloop {command} settings")
-    for c in ("path", "type", "default", "description"):
-        t.add_column(c)
     lib = cls()
+    console.print(f"[bold]twinloop {command}[/] settings (--set PATH=VALUE, or a recipe's \\[config]):")
     for path in leaf_paths(cls):
-        t.add_row(path, type_name(field_type(cls, path)), repr(get_path(lib, path)), path_doc(cls, path))
-    console.print(t)
+        console.print(f"  [bold]{path}[/] ({type_name(field_type(cls, path))}; default {get_path(lib, path)!r}): "
+                      f"{path_doc(cls, path)}", soft_wrap=True, highlight=False)
 
 
 def tasks():

@@ -14,6 +14,7 @@ layers and says which one set each value (``summary.json``'s ``config_sources``)
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import operator
@@ -103,17 +104,27 @@ def section_type(cls, name: str):
 
 
 def field_type(cls, path: str):
-    """The annotation of the field at ``path`` below the config class ``cls``."""
+    """The annotation of the field at ``path`` below the config class ``cls``; an unknown path
+    is a :class:`TwinloopError` naming it and the closest known ones."""
+    tp = _field_type(cls, path)
+    if tp is None:
+        known = leaf_paths(cls)
+        close = difflib.get_close_matches(path, known, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else f"known are {', '.join(known)}"
+        raise TwinloopError(f"unknown setting {path!r} of {cls.__name__}: {hint} (twinloop fields COMMAND lists "
+                            "them)")
+    return tp
+
+
+def _field_type(cls, path: str):
     head, _, rest = path.partition(".")
     hints = _hints(cls)
-    if head not in hints or head.startswith("_"):
-        raise TwinloopError(f"unknown setting {path!r} of {cls.__name__}: known are {', '.join(leaf_paths(cls))}")
+    if head not in hints or head.startswith("_") or head not in {f.name for f in fields(cls)}:
+        return None
     if not rest:
         return hints[head]
     sub = section_type(cls, head)
-    if sub is None:
-        raise TwinloopError(f"unknown setting {path!r} of {cls.__name__}: {head!r} has no fields")
-    return field_type(sub, rest)
+    return None if sub is None else _field_type(sub, rest)
 
 
 def leaf_paths(cls, prefix: str = "") -> list[str]:
@@ -224,7 +235,9 @@ def type_name(tp) -> str:
     """A field's annotation in words (``an integer or none``)."""
     inner, optional = _optional(tp)
     if typing.get_origin(inner) is tuple:
-        name = f"a comma-separated list of {type_name(typing.get_args(inner)[0])}"
+        item = typing.get_args(inner)[0]
+        plural = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}.get(item, str(item))
+        name = f"a comma-separated list of {plural}"
     else:
         name = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(inner, str(inner))
     return name + (" or none" if optional else "")
