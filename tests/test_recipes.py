@@ -96,3 +96,25 @@ def test_a_recipe_is_frozen_and_names_its_command_line():
     r = load_recipe("push-t-demo")
     assert r.command_line() == "twinloop run --recipe push-t-demo"
     assert {f.name for f in fields(r)} >= {"name", "command", "description", "settings", "result"}
+
+
+def test_calibrate_takes_a_recipe_and_its_options_override_it(tmp_path, monkeypatch):
+    from twinloop.cli import calib as calib_cli
+    from twinloop.tasks import make_task
+
+    seen = {}
+
+    def no_fit(task, eps, space, config, progress):
+        seen["config"], seen["space"] = config, space.names
+        raise TwinloopError("stop after the config")
+
+    monkeypatch.setattr(calib_cli, "fit", no_fit)
+    monkeypatch.setattr(calib_cli, "load_episodes", lambda *a: (make_task("block-push"), [], {}))
+    path = tmp_path / "fit.toml"
+    path.write_text('command = "calibrate"\n[config]\nparams = ["block_friction", "block_mass"]\n'
+                    '[config.calib]\nmax_evals = 60\nwindow = 7\n')
+    res = runner.invoke(app, ["calibrate", str(tmp_path), "--recipe", str(path), "--window", "9", "--out",
+                              str(tmp_path / "o")])
+    assert res.exit_code == 2 and "stop after the config" in res.output
+    assert (seen["config"].max_evals, seen["config"].window) == (60, 9)
+    assert seen["space"] == ["block_friction", "block_mass"]

@@ -36,7 +36,7 @@ def resolve(cls, command: str, recipe: str | None, cli: Mapping[str, object], ta
     task = cli.get(task_path, settings.get(task_path))
     if task is None:
         task = field_default(cls, task_path)
-    cfg, sources = configure(cls, task_defaults(str(task)), settings, cli)
+    cfg, sources = configure(cls, task_defaults(str(task)) if task is not None else {}, settings, cli)
     return cfg, sources, rec
 
 
@@ -61,7 +61,8 @@ def _option(cls, path: str, flags: tuple[str, ...]) -> tuple[str, inspect.Parame
 
 
 def config_command(cls, command: str, options: Mapping[str, tuple[str, ...]], body: Callable,
-                   extra: Mapping[str, tuple[type, object]] | None = None, doc: str = "") -> Callable:
+                   extra: Mapping[str, tuple[type, object]] | None = None, doc: str = "",
+                   task_path: str = "experiment.task") -> Callable:
     """A typer command for config class ``cls``: an option per ``options`` path, plus
     ``--recipe`` and ``--set``, plus ``extra`` command-only options ``{name: (type,
     typer.Option)}``. It resolves the config and calls ``body(cfg, sources, recipe, **extra)``."""
@@ -87,7 +88,7 @@ def config_command(cls, command: str, options: Mapping[str, tuple[str, ...]], bo
         clash = sorted(set(sets) & set(cli))
         if clash:
             raise TwinloopError(f"{', '.join(clash)} given both as an option and with --set: give it once")
-        cfg, sources, rec = resolve(cls, command, kw.pop("recipe"), {**cli, **sets})
+        cfg, sources, rec = resolve(cls, command, kw.pop("recipe"), {**cli, **sets}, task_path)
         return body(cfg, sources, rec, **kw)
 
     fn.__signature__ = inspect.Signature(params)

@@ -21,6 +21,7 @@ from twinloop.cli.generate import config_command, resolve
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.recipes import Recipe, load_recipe, recipe_names
+from twinloop.run.calibrate import CalibrateConfig
 from twinloop.run.compare import RunConfig, run_comparison
 from twinloop.run.config import field_type, get_path, leaf_paths, path_doc, type_name
 from twinloop.run.distill import DistillConfig
@@ -170,4 +171,5 @@ def tasks():
 
 
 COMMANDS = (demo, run, tasks, recipes, fields)
-CONFIGS = {"run": RunConfig, "rsr": RSRConfig, "distill": DistillConfig, "evaluate": EvaluateConfig}
+CONFIGS = {"run": RunConfig, "rsr": RSRConfig, "distill": DistillConfig, "evaluate": EvaluateConfig,
+           "calibrate": CalibrateConfig}
