@@ -184,3 +184,11 @@ def test_fields_lists_every_path_with_its_description():
     assert "calib.max_evals" in out and "planner.refiner.horizon" in out
     res = runner.invoke(app, ["fields", "nope"])
     assert res.exit_code == 2 and "known are run" in res.output
+
+
+def test_the_rsr_loop_records_where_its_settings_came_from(tmp_path):
+    from twinloop.run.rsr import RSRLoop
+
+    loop = RSRLoop(RSRConfig(task="pivot", episodes=1), tmp_path / "r")
+    assert loop.sources["planner.optimizer"] == "task" and loop.sources["experiment.episodes"] == "caller"
+    assert loop.world.describe()["seed"] == 0  # the world seed is the run's seed, as in `twinloop run`

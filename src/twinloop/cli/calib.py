@@ -169,7 +169,7 @@ RSR_OPTIONS = {
 def _rsr_body(cfg: RSRConfig, sources: dict, recipe, *, resume: bool, overwrite: bool, executor: str,
               address: str | None) -> None:
     with executor_options(executor, address) as ex:
-        loop = RSRLoop(cfg, cfg.experiment.out, mode=out_mode(resume, overwrite), executor=ex)
+        loop = RSRLoop(cfg, cfg.experiment.out, mode=out_mode(resume, overwrite), executor=ex, sources=sources)
         _run_rsr(loop, cfg)
 
 

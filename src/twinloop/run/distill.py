@@ -52,6 +52,7 @@ from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import make_optimizer
 from twinloop.policies.distilled import DistilledPolicy
 from twinloop.run.build import refiner_twin
+from twinloop.run.config import sources_of
 from twinloop.run.distill_config import (  # noqa: F401 - importable from here as before
     BASELINES,
     MIN_K_TOLERANCE,
@@ -63,7 +64,7 @@ from twinloop.run.distill_config import (  # noqa: F401 - importable from here a
 from twinloop.run.evaluate import TwinEstimate, calibrated_twin, calibration_record
 from twinloop.run.experiment import EpisodeResult, run_episodes, summarize
 from twinloop.stats import wilson
-from twinloop.tasks import make_task
+from twinloop.tasks import make_task, task_defaults
 from twinloop.viz.plots import plot_comparison, plot_rounds
 from twinloop.worlds import make_world
 from twinloop.worlds.shifted import shift_settings
@@ -347,7 +348,7 @@ def stages(cfg: DistillConfig) -> list[str]:
 
 
 def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print,
-                mode: str = "new", budget_s: float | None = None) -> dict:
+                mode: str = "new", budget_s: float | None = None, sources: dict[str, str] | None = None) -> dict:
     """Calibrate, collect in twin-worlds, then ``cfg.rounds`` of train -> evaluate -> aggregate.
 
     ``progress(label, done, total)`` is called after each episode and every 50 training steps.
@@ -372,7 +373,8 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
     run.calibrate(resume=bool(state["done"]))
     summary = state["summary"]
     summary.update({"task": run.task.name, "world": run.world.describe(), "seed": cfg.seed, "episodes": cfg.episodes,
-                    "config": asdict(cfg), "calibration": calibration_record(run.task, run.world, run.estimate)})
+                    "config": asdict(cfg), "config_sources": sources or sources_of(cfg, task_defaults(cfg.task)),
+                    "calibration": calibration_record(run.task, run.world, run.estimate)})
     summary.setdefault("baselines", {})
     summary["rounds"] = summary.get("rounds", [])[: cfg.rounds]
     ran = False

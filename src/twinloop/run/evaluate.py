@@ -48,14 +48,14 @@ from twinloop.calib.windows import record_trajectory
 from twinloop.data import Dataset
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
-from twinloop.run.config import composed, config_dict
+from twinloop.run.config import composed, config_dict, sources_of
 from twinloop.run.engines import engine_report
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize
 from twinloop.run.policy import PolicySpec, policy_controller
 from twinloop.run.sections import ExperimentConfig
 from twinloop.stats import mmrv, pearson, spearman, wilson
-from twinloop.tasks import make_task
+from twinloop.tasks import make_task, task_defaults
 from twinloop.twin import BACKENDS, make_twin
 from twinloop.twin.engine import Engine
 from twinloop.viz.plots import plot_evaluation
@@ -300,7 +300,7 @@ def ranking_metrics(twin: np.ndarray, world: np.ndarray, n_boot: int = 1000, see
 
 
 def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None] = print,
-                   executor: Executor | None = None, mode: str = "new") -> dict:
+                   executor: Executor | None = None, mode: str = "new", sources: dict[str, str] | None = None) -> dict:
     """Run every policy in the world and in each twin-world on the same seeds; write the outputs.
 
     ``progress(label, done, total)`` after each episode; ``executor``: where episodes run
@@ -386,6 +386,8 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         "seed": cfg.seed,
         "episodes": n,
         "config": config_dict(cfg),
+        # where each setting came from (library, task, recipe, cli; caller: set in code)
+        "config_sources": sources or sources_of(cfg, task_defaults(cfg.experiment.task)),
         "results": [world_rows[lab] for lab in labels],
         "per_episode": per_episode,
         "evaluation": evaluation,
