@@ -47,6 +47,21 @@ def field_default(cls, path: str):
     return get_path(cls(), path)
 
 
+def _choices(path: str) -> str:
+    """The registered names a field takes (its registry's, read when the command is made)."""
+    from twinloop.calib.monitor import ACTIONS
+    from twinloop.plan import OPTIMIZER_NAMES
+    from twinloop.policies import PROPOSERS
+    from twinloop.tasks import TASKS
+    from twinloop.twin import BACKENDS
+    from twinloop.worlds import WORLDS
+
+    registries = {"task": TASKS, "world": WORLDS, "optimizer": OPTIMIZER_NAMES, "backend": BACKENDS,
+                  "proposer": PROPOSERS, "monitor": ACTIONS}
+    names = registries.get(path.rsplit(".", 1)[-1])
+    return f" Choices: {' | '.join(names)}." if names else ""
+
+
 def _option(cls, path: str, flags: tuple[str, ...]) -> tuple[str, inspect.Parameter]:
     tp = field_type(cls, path)
     inner, _ = _optional(tp)
@@ -56,7 +71,7 @@ def _option(cls, path: str, flags: tuple[str, ...]) -> tuple[str, inspect.Parame
     decls = [f"--{long}/--no-{long}"] if inner is bool else [f"--{long}", *short]
     var = long.replace("-", "_")
     doc = path_doc(cls, path)
-    opt = typer.Option(None, *decls, help=f"{doc} [{path}]", show_default=False)
+    opt = typer.Option(None, *decls, help=f"{doc}{_choices(path)} [{path}]", show_default=False)
     return var, inspect.Parameter(var, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=inner | None)
 
 
