@@ -58,9 +58,9 @@ def test_loops_share_the_planner_and_experiment_sections():
 
 
 def test_flat_construction_reaches_the_sections():
-    cfg = RunConfig(task="pivot", episodes=3, repair_push=0, repair=True, observer=True)
+    cfg = RunConfig(task="pivot", episodes=3, repair_push=2, repair=True, observer=True)  # push before repair
     assert cfg.experiment.task == "pivot" and cfg.experiment.episodes == 3
-    assert cfg.grasp.repair and cfg.grasp.observer and cfg.task == "pivot"
+    assert cfg.grasp.repair and cfg.grasp.push == 2 and cfg.grasp.observer and cfg.task == "pivot"
     assert RunConfig().grasp is None
     with pytest.raises(TwinloopError, match="RunConfig has no field 'episode'"):
         RunConfig(episode=3)

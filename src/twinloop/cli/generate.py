@@ -15,11 +15,23 @@ from collections.abc import Callable, Mapping
 
 import typer
 
+from twinloop.calib.monitor import ACTIONS
 from twinloop.cli.common import guard
 from twinloop.errors import TwinloopError
+from twinloop.plan import OPTIMIZER_NAMES
+from twinloop.policies import PROPOSERS
 from twinloop.recipes import Recipe, load_recipe
-from twinloop.run.config import _optional, configure, field_type, parse_sets, path_doc
-from twinloop.tasks import task_defaults
+from twinloop.run.config import (
+    configure,
+    field_type,
+    get_path,
+    parse_sets,
+    path_doc,
+    unwrap_optional,
+)
+from twinloop.tasks import TASKS, task_defaults
+from twinloop.twin import BACKENDS
+from twinloop.worlds import WORLDS
 
 SET_HELP = ("Set any field by its path, typed by its annotation (repeatable): --set planner.refiner.n_knots=3, "
             "--set experiment.world_seed=none. `twinloop fields COMMAND` lists the paths.")
@@ -42,20 +54,11 @@ def resolve(cls, command: str, recipe: str | None, cli: Mapping[str, object], ta
 
 def field_default(cls, path: str):
     """The library default of the field at ``path``."""
-    from twinloop.run.config import get_path
-
     return get_path(cls(), path)
 
 
 def _choices(path: str) -> str:
     """The registered names a field takes (its registry's, read when the command is made)."""
-    from twinloop.calib.monitor import ACTIONS
-    from twinloop.plan import OPTIMIZER_NAMES
-    from twinloop.policies import PROPOSERS
-    from twinloop.tasks import TASKS
-    from twinloop.twin import BACKENDS
-    from twinloop.worlds import WORLDS
-
     registries = {"task": TASKS, "world": WORLDS, "optimizer": OPTIMIZER_NAMES, "backend": BACKENDS,
                   "proposer": PROPOSERS, "monitor": ACTIONS}
     names = registries.get(path.rsplit(".", 1)[-1])
@@ -64,7 +67,7 @@ def _choices(path: str) -> str:
 
 def _option(cls, path: str, flags: tuple[str, ...]) -> tuple[str, inspect.Parameter]:
     tp = field_type(cls, path)
-    inner, _ = _optional(tp)
+    inner, _ = unwrap_optional(tp)
     if typing.get_origin(inner) is tuple:
         inner = str  # a comma-separated list, parsed by the field's annotation
     long, *short = flags

@@ -55,9 +55,16 @@ def composed(aliases: Mapping[str, str] | None = None):
             if unknown:
                 raise TwinloopError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))}: its fields are "
                                     f"{', '.join(sorted(own | set(routes)))}")
+            groups: dict[str, dict] = {}
             for name, value in flat.items():
                 head, _, rest = routes[name].partition(".")
-                kw[head] = set_path(kw.get(head) or _default(cls, head), rest, value) if rest else value
+                if rest:
+                    groups.setdefault(head, {})[rest] = value
+                else:
+                    kw[head] = value
+            for head, values in groups.items():  # each section made once: its checks see all its values
+                start = kw.get(head) or _default(cls, head)
+                kw[head] = with_values(type(start), values, start)
             init(self, *args, **kw)
 
         def __getattr__(self, name):
@@ -88,7 +95,7 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def _optional(tp):
+def unwrap_optional(tp):
     """``(inner type, optional)`` of an annotation ``X | None``."""
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
@@ -99,7 +106,7 @@ def _optional(tp):
 
 def section_type(cls, name: str):
     """The dataclass type of field ``name`` of ``cls`` (``X`` or ``X | None``), or ``None``."""
-    tp, _ = _optional(_hints(cls)[name])
+    tp, _ = unwrap_optional(_hints(cls)[name])
     return tp if isinstance(tp, type) and is_dataclass(tp) else None
 
 
@@ -196,7 +203,7 @@ def parse_value(text: str, tp, path: str):
     ``none`` for an optional field's ``None``, ``a,b`` for a tuple."""
     if not isinstance(text, str):
         return _check_value(text, tp, path)
-    inner, optional = _optional(tp)
+    inner, optional = unwrap_optional(tp)
     if optional and text.strip().lower() in ("none", "null", ""):
         return None
     origin = typing.get_origin(inner)
@@ -218,7 +225,7 @@ def parse_value(text: str, tp, path: str):
 
 def _check_value(value, tp, path: str):
     """A recipe's TOML value checked against the annotation (an int where a float goes is a float)."""
-    inner, optional = _optional(tp)
+    inner, optional = unwrap_optional(tp)
     if value is None and optional:
         return None
     if typing.get_origin(inner) is tuple and isinstance(value, list):
@@ -233,7 +240,7 @@ def _check_value(value, tp, path: str):
 
 def type_name(tp) -> str:
     """A field's annotation in words (``an integer or none``)."""
-    inner, optional = _optional(tp)
+    inner, optional = unwrap_optional(tp)
     if typing.get_origin(inner) is tuple:
         item = typing.get_args(inner)[0]
         plural = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}.get(item, str(item))
