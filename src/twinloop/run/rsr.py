@@ -39,7 +39,7 @@ from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies import make_proposer
-from twinloop.run.build import planner_twin
+from twinloop.run.build import planner_twin, refiner_twin
 from twinloop.run.config import composed, config_dict, sources_of
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize, write_partial
@@ -194,6 +194,8 @@ class RSRLoop:
             names = list(getattr(self.world, "param_space", self.task.param_space()).names)
             self.truth = np.array([hidden[names.index(n)] for n in self.space.names])
         self.twin = make_twin("mujoco", self.task.model, self.space)  # calibrated and measured: the scene's step
+        p = config.planner  # the collecting controller's coarser twin, checked once as `twinloop run` checks it
+        refiner_twin(self.task, p.backend, p.twin_timestep, p.refiner.horizon, config.seed)
 
     # -- pieces ---------------------------------------------------------------------------------
 
