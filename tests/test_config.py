@@ -192,3 +192,18 @@ def test_the_rsr_loop_records_where_its_settings_came_from(tmp_path):
     loop = RSRLoop(RSRConfig(task="pivot", episodes=1), tmp_path / "r")
     assert loop.sources["planner.optimizer"] == "task" and loop.sources["experiment.episodes"] == "caller"
     assert loop.world.describe()["seed"] == 0  # the world seed is the run's seed, as in `twinloop run`
+
+
+@pytest.mark.parametrize("command", ["run", "rsr", "distill", "evaluate", "calibrate"])
+def test_a_generated_option_says_what_its_field_says(command):
+    from twinloop.cli.run import CONFIGS
+
+    cls = CONFIGS[command]
+    params = typer.main.get_command(app).commands[command].params
+    generated = [p for p in params if p.help and p.help.endswith("]") and "[" in p.help]
+    assert len(generated) >= 15
+    for p in generated:
+        path = p.help.rsplit("[", 1)[1][:-1]
+        assert p.help.startswith(path_doc(cls, path)), path
+    names = {p.name for p in params}
+    assert {"recipe", "set_"} <= names
