@@ -310,7 +310,7 @@ class Task:
                          regrasp_reach: float | None = None):
         """The task's local repair (``candidates(state, ticks) -> (n, ticks, nu)``: action chunks
         that correct a misplaced object near its goal, offered to the refiner beside its samples
-        by ``RunConfig.repair``), or ``None`` when the task has none (default). ``push``: how
+        by the grasp section of ``RunConfig``), or ``None`` when the task has none (default). ``push``: how
         many pushes of other points it offers too, ``reach``: how far from its goal a point is
         still repaired (``None``: the task's), ``commit``: a repair sent is carried on unless a
         plan beats it by this cost fraction, ``regrasp_reach``: the reach of a re-grasp (a point
