@@ -149,7 +149,7 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
     [
         (["--task", "push-q"], "unknown task 'push-q'"),
         (["--optimizer", "ppo"], "unknown optimizer 'ppo'"),
-        (["--backend", "bullet"], "unknown backend 'bullet'"),
+        (["--set", "planner.backend=bullet"], "unknown backend 'bullet'"),
         (["--world", "mars"], "unknown world 'mars'"),
         (["--world", "gym"], "names no gymnasium env"),
         (["--twin-timestep", "0.1"], "does not decide as 0.005 s does"),

@@ -22,6 +22,7 @@ from twinloop.cli.generate import config_command, resolve
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.recipes import Recipe, load_recipe, recipe_names
+from twinloop.run.calibrate import CalibrateConfig
 from twinloop.run.compare import RunConfig, run_comparison
 from twinloop.run.config import field_type, get_path, leaf_paths, path_doc, type_name
 from twinloop.run.distill import DistillConfig
@@ -102,10 +103,8 @@ RUN_OPTIONS = {
     "proposer": ("proposer",),
     "checkpoint": ("checkpoint",),
     "planner.optimizer": ("optimizer",),
-    "planner.backend": ("backend",),
     "planner.refiner.num_samples": ("num-samples", "-k"),
     "planner.refiner.horizon": ("horizon",),
-    "planner.refiner.iterations": ("iterations",),
     "planner.refiner.exact_prior": ("exact-prior",),
     "planner.noise": ("noise",),
     "planner.twin_timestep": ("twin-timestep",),
@@ -138,13 +137,11 @@ run = config_command(
 @guard
 def recipes():
     """List the shipped recipes: what each runs, its published result and its command."""
-    t = Table(title="recipes")
-    for c in ("name", "command", "published result", "description"):
-        t.add_column(c)
     for name in recipe_names():
         r = load_recipe(name)
-        t.add_row(name, r.command_line(), published(r), r.description)
-    console.print(t)
+        console.print(f"[bold]{name}[/]  {r.command_line()}", soft_wrap=True, highlight=False)
+        console.print(f"  {r.description}", soft_wrap=True, highlight=False)
+        console.print(f"  published: {published(r)}", soft_wrap=True, highlight=False)
 
 
 @guard
@@ -154,13 +151,11 @@ def fields(command: str = typer.Argument("run", help="The command whose settings
     cls = CONFIGS.get(command)
     if cls is None:
         raise TwinloopError(f"no generated settings for command {command!r}: known are {', '.join(CONFIGS)}")
-    t = Table(title=f"twinloop {command} settings")
-    for c in ("path", "type", "default", "description"):
-        t.add_column(c)
     lib = cls()
+    console.print(f"[bold]twinloop {command}[/] settings (--set PATH=VALUE, or a recipe's \\[config]):")
     for path in leaf_paths(cls):
-        t.add_row(path, type_name(field_type(cls, path)), repr(get_path(lib, path)), path_doc(cls, path))
-    console.print(t)
+        console.print(f"  [bold]{path}[/] ({type_name(field_type(cls, path))}; default {get_path(lib, path)!r}): "
+                      f"{path_doc(cls, path)}", soft_wrap=True, highlight=False)
 
 
 def tasks():
@@ -183,4 +178,5 @@ def tasks():
 
 
 COMMANDS = (demo, run, tasks, recipes, fields)
-CONFIGS = {"run": RunConfig, "rsr": RSRConfig, "distill": DistillConfig, "evaluate": EvaluateConfig}
+CONFIGS = {"run": RunConfig, "rsr": RSRConfig, "distill": DistillConfig, "evaluate": EvaluateConfig,
+           "calibrate": CalibrateConfig}
