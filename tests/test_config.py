@@ -119,12 +119,17 @@ def test_a_section_made_from_layers_is_checked_once_with_its_final_values():
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
-def test_the_task_defaults_reproduce_the_effective_settings_of_a_run_before_them(name):
-    # a run planned with the library's K=32, 0.5 s, 10 ms twin steps and the task's optimizer and
-    # noise before tasks declared defaults: the same settings, now from the task
-    cfg, sources = configure(RunConfig, task_defaults(name), cli={"experiment.task": name})
-    assert cfg == RunConfig(task=name)
-    assert sources["planner.refiner.horizon"] == sources["planner.optimizer"] == "task"
+def test_every_task_default_reaches_a_run_and_the_rest_is_the_librarys(name):
+    from twinloop.run.config import get_path, leaf_paths
+
+    declared = task_defaults(name)
+    cfg, sources = configure(RunConfig, declared, cli={"experiment.task": name})
+    for path, value in declared.items():
+        assert get_path(cfg, path) == value and sources[path] == "task"
+    library = RunConfig(task=name)
+    for path in leaf_paths(RunConfig):
+        if path not in declared:
+            assert get_path(cfg, path) == get_path(library, path), path
 
 
 def test_a_config_made_in_code_says_which_values_are_its_task_defaults():
