@@ -521,8 +521,8 @@ def cli_probes():
     bad = {
         "--seed -1": ["--seed", "-1"], "--horizon inf": ["--horizon", "inf"], "--horizon nan": ["--horizon", "nan"],
         "-k 0": ["-k", "0"], "--episodes 0": ["--episodes", "0"], "--severity 5": ["--severity", "5"],
-        "--iterations 0": ["--iterations", "0"], "--task nope": ["--task", "nope"], "--world mars": ["--world", "mars"],
-        "--risk median": ["--risk", "median"], "--max-ticks -2": ["--max-ticks", "-2"], "-k x": ["-k", "x"],
+        "--set iterations=0": ["--set", "planner.refiner.iterations=0"], "--task nope": ["--task", "nope"], "--world mars": ["--world", "mars"],
+        "--set risk=median": ["--set", "planner.refiner.risk=median"], "--set unknown": ["--set", "planner.speed=3"], "--max-ticks -2": ["--max-ticks", "-2"], "-k x": ["-k", "x"],
         "unknown option": ["--speed", "3"],
     }
     for k, extra in bad.items():

@@ -58,7 +58,7 @@ def main() -> None:
     task = make_task(a.task)
     proposer = make_task(a.task, goal=WRONG_GOAL[a.task]).default_proposer()
     twin = make_twin("mujoco", task.model, task.param_space())
-    rcfg = RefinerConfig(num_samples=a.num_samples, horizon=task.horizon, iterations=a.iterations, seed=a.seed)
+    rcfg = RefinerConfig(num_samples=a.num_samples, horizon=1.0, iterations=a.iterations, seed=a.seed)  # as measured
     sampling = Refiner(task, twin, make_optimizer(a.optimizer), rcfg)
     controllers = [("base", Controller(sampling, proposer, refine=False)), (a.optimizer, Controller(sampling, proposer))]
     if a.base_url:

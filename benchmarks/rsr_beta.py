@@ -26,6 +26,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from twinloop.control import RefinerConfig
 from twinloop.run.rsr import RSRConfig, run_rsr
 from twinloop.stats import bootstrap_ci
 
@@ -55,7 +56,9 @@ def main() -> None:
                             rounds=args.rounds, episodes=args.episodes, eval_episodes=args.eval_episodes,
                             max_ticks=args.max_ticks, beta=beta, params=tuple(args.params.split(",")),
                             calib=replace(RSRConfig().calib, method=args.method),
-                            gap=replace(RSRConfig().gap, metric=args.gap_metric))
+                            gap=replace(RSRConfig().gap, metric=args.gap_metric),
+                            # the planner it was measured with (rsr's defaults before they became run's)
+                            refiner=RefinerConfig(num_samples=24, horizon=0.5), twin_timestep=None)
             t0 = time.perf_counter()
             res = run_rsr(cfg, root / f"seed{s}_beta{beta:g}")
             last = res.rounds[-1]

@@ -149,7 +149,7 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
     [
         (["--task", "push-q"], "unknown task 'push-q'"),
         (["--optimizer", "ppo"], "unknown optimizer 'ppo'"),
-        (["--backend", "bullet"], "unknown backend 'bullet'"),
+        (["--set", "planner.backend=bullet"], "unknown backend 'bullet'"),
         (["--world", "mars"], "unknown world 'mars'"),
         (["--world", "gym"], "names no gymnasium env"),
         (["--twin-timestep", "0.1"], "does not decide as 0.005 s does"),
@@ -263,7 +263,8 @@ def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms
     # push-upright, world seeds 0-3: seed 3's arm is 34% softer than the twin's, and the
     # monitor, calibrated on nominal episodes with the same noise and delay, sees it
     args = ["run", "--task", "push-upright", "--proposer", "open-loop", "--world-per-episode", "--episodes", "4",
-            "--max-ticks", "20", "--monitor", "flag", "--set", "monitor_episodes=2", "--no-video", "--no-record"]
+            "--max-ticks", "20", "--monitor", "flag", "--set", "monitor_episodes=2", "--no-video", "--no-record",
+            "--set", "planner.refiner.accept=always"]  # the refiner's own plans, as the threshold was measured
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "a" / "summary.json").read_text())

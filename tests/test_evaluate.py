@@ -223,7 +223,7 @@ def evaluated(tmp_path_factory):
 
 
 def test_evaluate_writes_the_summary_schema_plot_and_world_episodes(evaluated):
-    out = evaluated["config"]["out"]
+    out = evaluated["config"]["experiment"]["out"]
     on_disk = json.loads(open(f"{out}/summary.json").read())
     ev = on_disk["evaluation"]
     assert {"pearson", "pearson_ci", "spearman", "mmrv", "mmrv_ci", "policies", "twins", "calibration"} <= set(ev)
@@ -247,7 +247,7 @@ def test_evaluate_writes_the_summary_schema_plot_and_world_episodes(evaluated):
 def test_a_run_with_world_from_reuses_the_recorded_world_outcomes_instead_of_running_the_world(evaluated, tmp_path):
     from dataclasses import replace
 
-    earlier = json.loads(open(f"{evaluated['config']['out']}/summary.json").read())
+    earlier = json.loads(open(f"{evaluated['config']['experiment']['out']}/summary.json").read())
     flipped = earlier["per_episode"]["world"]["scripted"][0]
     flipped["success"] = not flipped["success"]  # a world re-run could not reproduce this
     (tmp_path / "earlier.json").write_text(json.dumps(earlier))
@@ -272,7 +272,7 @@ def test_a_run_with_world_from_reuses_the_recorded_world_outcomes_instead_of_run
 def test_world_from_refuses_other_seeds_policies_worlds_and_lengths(evaluated, tmp_path, change, message):
     from dataclasses import replace
 
-    cfg = replace(TINY, world_from=f"{evaluated['config']['out']}/summary.json", out=str(tmp_path), **change)
+    cfg = replace(TINY, world_from=f"{evaluated['config']['experiment']['out']}/summary.json", out=str(tmp_path), **change)
     with pytest.raises(TwinloopError, match=re.escape(message)):
         run_evaluation(cfg, log=lambda m: None)
 

@@ -284,7 +284,7 @@ def test_run_command_takes_a_language_model_optimizer(tmp_path):
     with ChatServer([reply([PLAN])]) as srv:
         res = CliRunner().invoke(app, [
             "run", "--task", "block-push", "--optimizer", "llm+mppi", "--set", f"planner.llm.base_url={srv.base_url}",
-            "--set", "planner.llm.model=scripted", "--iterations", "2", "-k", "8", "--episodes", "1", "--max-ticks", "2",
+            "--set", "planner.llm.model=scripted", "--set", "planner.refiner.iterations=2", "-k", "8", "--episodes", "1", "--max-ticks", "2",
             "--world", "nominal", "--no-video", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert len(srv.requests) == 2

@@ -70,6 +70,8 @@ def test_a_task_loads_from_an_installed_entry_point(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     assert check_task("arm-push") == "arm-push"
     assert make_task("arm-push").name == "my-push"
+    listed = runner.invoke(app, ["tasks"])
+    assert listed.exit_code == 0 and "arm-push" in listed.output
 
 
 @pytest.mark.parametrize(
@@ -127,3 +129,13 @@ def test_a_file_module_is_not_left_half_imported(tmp_path):
     with pytest.raises(TwinloopError, match="RuntimeError: boom"):
         make_task(f"{bad}:X")
     assert not any(m.startswith("twinloop_user_half_") for m in sys.modules)
+
+
+def test_demo_runs_any_task_with_its_own_defaults(tmp_path):
+    p = _write(tmp_path, "mytasks.py", TASK_FILE)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["demo", "--task", f"{p}:MyPush", "--episodes", "1", "--no-video", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())
+    assert s["task"] == "my-push"
+    assert s["config_sources"]["planner.refiner.num_samples"] == "task"  # not the push-t demo recipe's

@@ -271,7 +271,7 @@ def test_calibrate_start_noise_reaches_the_config_and_a_bad_one_is_named(tmp_pat
     _one_line_error(res, "stop after the config")
     assert seen["config"].start_noise == (0.001, 0.01, 0.0)
     res = runner.invoke(app, ["calibrate", str(tmp_path), "--out", str(tmp_path / "p"), "--start-noise", "0.001,x,0"])
-    _one_line_error(res, "--start-noise must be three numbers")
+    _one_line_error(res, "calib.start_noise='0.001,x,0': expected a comma-separated list of numbers")
     res = runner.invoke(app, ["calibrate", str(tmp_path), "--out", str(tmp_path / "q"), "--start-noise", "0.001,0.01"])
     _one_line_error(res, "start_noise must be (position m, angle rad, velocity m/s) stds, got (0.001, 0.01)")
 

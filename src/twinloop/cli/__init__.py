@@ -1,6 +1,8 @@
-"""`twinloop ...`: the command line. Each command mirrors a frozen config dataclass; each
-command group is one module here; option choices and help come from the registries (tasks,
-worlds, proposers, optimizers, backends), so a newly registered one needs no CLI edit."""
+"""`twinloop ...`: the command line. The loop commands (run, rsr, distill, evaluate, calibrate)
+are generated from their config dataclasses (:mod:`twinloop.cli.generate`): each option's help
+is its field's description, every other field takes ``--set PATH=VALUE``, and ``--recipe``
+loads a shipped or written recipe; option choices come from the registries (tasks, worlds,
+proposers, optimizers, backends), so a newly registered one needs no CLI edit."""
 
 from __future__ import annotations
 

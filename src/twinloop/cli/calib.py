@@ -7,12 +7,10 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from twinloop.calib.fit import METHODS, CalibConfig
 from twinloop.calib.fit import calibrate as fit
 from twinloop.cli.common import (
     console,
     executor_options,
-    guard,
     one_of,
     progress_bar,
 )
@@ -20,10 +18,11 @@ from twinloop.cli.generate import config_command
 from twinloop.data import Dataset, load_lerobot
 from twinloop.errors import TwinloopError, number
 from twinloop.io import out_mode, output_folder, write_json
-from twinloop.params import KINDS, ParamSpace
+from twinloop.params import ParamSpace
+from twinloop.run.calibrate import CalibrateConfig
 from twinloop.run.executor import EXECUTORS
 from twinloop.run.rsr import RSRConfig, RSRLoop, rsr_table
-from twinloop.tasks import TASKS, make_task
+from twinloop.tasks import make_task
 
 
 def _names(text: str) -> tuple[str, ...] | None:
@@ -81,69 +80,64 @@ def load_episodes(task: str | None, dataset: str, lerobot: bool, column_map: str
     return t, ds.episodes(), world
 
 
-c = CalibConfig()  # defaults shown by the options below
+CALIBRATE_OPTIONS = {
+    "task": ("task",),
+    "calib.method": ("method",),
+    "params": ("params",),
+    "kinds": ("kinds",),
+    "bodies": ("bodies",),
+    "calib.window": ("window",),
+    "calib.stride": ("stride",),
+    "calib.start_clearance": ("start-clearance",),
+    "calib.start_quiet": ("start-quiet",),
+    "calib.max_evals": ("max-evals",),
+    "calib.errors_in_variables": ("errors-in-variables",),
+    "calib.start_samples": ("start-samples",),
+    "calib.start_noise": ("start-noise",),
+    "calib.start_iterations": ("start-iterations",),
+    "calib.bootstrap": ("bootstrap",),
+    "calib.keep_if_worse": ("keep-if-worse",),
+    "calib.delay_steps": ("delay-steps",),
+    "calib.holdout_fraction": ("holdout",),
+    "calib.particles": ("particles",),
+    "lerobot": ("lerobot",),
+    "column_map": ("column-map",),
+    "fps": ("fps",),
+    "calib.seed": ("seed",),
+    "out": ("out",),
+}
 
 
-
-@guard
-def calibrate(
-    dataset: str = typer.Argument(..., help="A twinloop dataset folder, or LeRobot Parquet (with --lerobot)."),
-    task: str = typer.Option(None, help=one_of(TASKS, "Task the episodes were recorded on (default: the dataset's own; needed for --lerobot):")),
-    method: str = typer.Option(c.method, help=one_of(METHODS)),
-    params: str = typer.Option("", help="Parameters to fit, comma-separated (default: the task's space)."),
-    kinds: str = typer.Option("", help="Build the space from the scene instead: parameter kinds or groups, comma-separated "
-                              f"({', '.join(KINDS)}, or single kinds such as mass, sliding, kp)."),
-    bodies: str = typer.Option("", help="With --kinds: the bodies, comma-separated (default: every moving body)."),
-    window: int = typer.Option(c.window, help="Multiple-shooting window (control ticks)."),
-    stride: int = typer.Option(0, help="Ticks between window starts (0: the window length)."),
-    start_clearance: float = typer.Option(c.start_clearance, help="Start windows only where moving bodies are this far apart (m); 0 anywhere."),
-    start_quiet: int = typer.Option(c.start_quiet, help="With --start-clearance: also this many ticks before a window's start (unobserved state settled after a contact)."),
-    max_evals: int = typer.Option(c.max_evals, help="Simulation budget (parameter vectors)."),
-    errors_in_variables: bool = typer.Option(c.errors_in_variables, help="Treat window start states as noisy observations (profile their noise out); default: when --max-evals affords it."),
-    start_samples: int = typer.Option(c.start_samples, help="Predict each window as the mean over this many noisy copies of its start (0: off)."),
-    start_noise: str = typer.Option("", help="Noise std on recorded states 'POSITION,ANGLE,VELOCITY' (m, rad, m/s) that "
-                                     "--start-samples draws and errors in variables profile out (default: one error unit)."),
-    start_iterations: int = typer.Option(c.start_iterations, help="Estimate window start positions jointly at the half-budget fit (Gauss-Newton steps; 0: off)."),
-    bootstrap: int = typer.Option(c.bootstrap, help="Parametric bootstrap bias correction: refit this many data sets simulated from the fit (the recorded actions replayed) and subtract their mean shift (0: off; each costs a fit)."),
-    keep_if_worse: bool = typer.Option(c.keep_if_worse, help="Keep the previous parameters when the fit makes held-out error worse."),
-    delay_steps: int = typer.Option(-1, help="Actuation delay of the replay in physics steps (-1: estimate it)."),
-    holdout: float = typer.Option(0.2, help="Fraction of episodes held out for the before/after error."),
-    particles: int = typer.Option(c.particles, help="Posterior samples to write."),
-    lerobot: bool = typer.Option(False, help="Read foreign LeRobot Parquet instead of a twinloop dataset."),
-    column_map: str = typer.Option("", help="LeRobot columns, e.g. 'obs=observation.state,action=action'."),
-    fps: float = typer.Option(0.0, help="Frames per second of LeRobot data without timestamps (0: the task's)."),
-    seed: int = typer.Option(c.seed),
-    out: str = typer.Option("twinloop-calib", help="Output folder (summary.json, posterior.json); must be new or empty."),
-    overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
-):
-    """Fit the twin's physical parameters to recorded episodes; report how well each is pinned down."""
-    cfg = CalibConfig(method=method, window=window, stride=stride or None,
-                      start_clearance=start_clearance or None, start_quiet=start_quiet, max_evals=max_evals,
-                      errors_in_variables=errors_in_variables, start_samples=start_samples,
-                      start_noise=_start_noise(start_noise),
-                      start_iterations=start_iterations, bootstrap=bootstrap, keep_if_worse=keep_if_worse, delay_steps=None if delay_steps == -1 else delay_steps,
-                      holdout_fraction=holdout, particles=particles, seed=seed)
-    t, eps, world = load_episodes(task, dataset, lerobot, column_map, fps)
+def _calibrate_body(cfg: CalibrateConfig, sources: dict, recipe, *, dataset: str, overwrite: bool) -> None:
+    c = cfg.calib
+    t, eps, world = load_episodes(cfg.task, dataset, cfg.lerobot, cfg.column_map, cfg.fps or 0.0)
     space = t.param_space()
-    if kinds:
-        space = ParamSpace.from_model(t.model, _names(bodies), _names(kinds))
-    names = _names(params)
-    if names:
-        space = space.subset(names)
-    o = output_folder(out, out_mode(overwrite=overwrite))  # before the fit: an unwritable --out fails now
-    console.print(f"[bold]twinloop calibrate[/] {t.name}: {len(eps)} episodes, {cfg.method}, "
+    if cfg.kinds:
+        space = ParamSpace.from_model(t.model, cfg.bodies, cfg.kinds)
+    if cfg.params:
+        space = space.subset(cfg.params)
+    o = output_folder(cfg.out, out_mode(overwrite=overwrite))  # before the fit: an unwritable --out fails now
+    console.print(f"[bold]twinloop calibrate[/] {t.name}: {len(eps)} episodes, {c.method}, "
                   f"parameters {', '.join(space.names)}")
     with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), TextColumn("{task.completed}/{task.total} evals"),
                   TextColumn("best {task.fields[best]:.4g}"), TimeElapsedColumn(), console=console) as prog:
-        bar = prog.add_task("calibrate", total=cfg.max_evals, best=float("nan"))
-        post = fit(t, eps, space, config=cfg,
-                   progress=lambda n, f: prog.update(bar, completed=min(n, cfg.max_evals), best=f))
+        bar = prog.add_task("calibrate", total=c.max_evals, best=float("nan"))
+        post = fit(t, eps, space, config=c, progress=lambda n, f: prog.update(bar, completed=min(n, c.max_evals), best=f))
     console.print(post.report())
-    summary = {"task": t.name, "world": world, "seed": seed, "episodes": len(eps), "results": [],
-               "calibration": post.to_dict(), "space": space.to_dict(), "config": cfg.__dict__, "dataset": str(dataset)}
+    summary = {"task": t.name, "world": world, "seed": c.seed, "episodes": len(eps), "results": [],
+               "calibration": post.to_dict(), "space": space.to_dict(), "config": c.__dict__, "dataset": str(dataset),
+               "config_sources": sources}
     write_json(o / "posterior.json", post.to_dict(), allow_nan=False)
     write_json(o / "summary.json", summary, allow_nan=False)
     console.print(f"wrote {o / 'summary.json'}, {o / 'posterior.json'}")
+
+
+calibrate = config_command(
+    CalibrateConfig, "calibrate", CALIBRATE_OPTIONS, _calibrate_body,
+    extra={"dataset": (str, typer.Argument(..., help="A twinloop dataset folder, or LeRobot Parquet (with --lerobot).")),
+           "overwrite": (bool, typer.Option(False, help="Replace an earlier twinloop output in --out."))},
+    doc="Fit the twin's physical parameters to recorded episodes; report how well each is pinned down.",
+    task_path="task")
 
 
 RSR_OPTIONS = {
@@ -175,7 +169,7 @@ RSR_OPTIONS = {
 def _rsr_body(cfg: RSRConfig, sources: dict, recipe, *, resume: bool, overwrite: bool, executor: str,
               address: str | None) -> None:
     with executor_options(executor, address) as ex:
-        loop = RSRLoop(cfg, cfg.experiment.out, mode=out_mode(resume, overwrite), executor=ex)
+        loop = RSRLoop(cfg, cfg.experiment.out, mode=out_mode(resume, overwrite), executor=ex, sources=sources)
         _run_rsr(loop, cfg)
 
 

@@ -72,7 +72,7 @@ def _distill_body(cfg: DistillConfig, sources: dict, recipe, *, overwrite: bool,
                   f"K={cfg.planner.refiner.num_samples}, {cfg.experiment.world} world")
     with progress_ticks() as tick:
         summary = run_distill(cfg, progress=tick, log=console.print, mode=out_mode(resume, overwrite),
-                              budget_s=budget or None)
+                              budget_s=budget or None, sources=sources)
     if summary["results"]:
         console.print(results_table(summary))
     console.print(rounds_table(summary))

@@ -55,7 +55,8 @@ def _evaluate_body(cfg: EvaluateConfig, sources: dict, recipe, *, policy: list[s
                   f"in the {e.world} world and the {', '.join(cfg.twins)} twin(s)"
                   + (f", {len(cfg.engines)} engine variants" if cfg.engines else ""))
     with executor_options(executor, address) as ex, progress_ticks() as tick:
-        summary = run_evaluation(cfg, progress=tick, log=console.print, executor=ex, mode=out_mode(overwrite=overwrite))
+        summary = run_evaluation(cfg, progress=tick, log=console.print, executor=ex, mode=out_mode(overwrite=overwrite),
+                                 sources=sources)
     console.print(evaluation_table(summary))
     if "engines" in summary["evaluation"]:
         console.print(engines_table(summary["evaluation"]["engines"]))

@@ -15,12 +15,24 @@ from collections.abc import Callable, Mapping
 
 import typer
 
+from twinloop.calib.monitor import ACTIONS
 from twinloop.cli.common import console, guard
 from twinloop.errors import TwinloopError
+from twinloop.plan import OPTIMIZER_NAMES
+from twinloop.policies import PROPOSERS
 from twinloop.recipes import Recipe, load_recipe
 from twinloop.recipes.build import with_built
-from twinloop.run.config import _optional, configure, field_type, parse_sets, path_doc
-from twinloop.tasks import task_defaults
+from twinloop.run.config import (
+    configure,
+    field_type,
+    get_path,
+    parse_sets,
+    path_doc,
+    unwrap_optional,
+)
+from twinloop.tasks import TASKS, task_defaults
+from twinloop.twin import BACKENDS
+from twinloop.worlds import WORLDS
 
 SET_HELP = ("Set any field by its path, typed by its annotation (repeatable): --set planner.refiner.n_knots=3, "
             "--set experiment.world_seed=none. `twinloop fields COMMAND` lists the paths.")
@@ -37,32 +49,39 @@ def resolve(cls, command: str, recipe: str | None, cli: Mapping[str, object], ta
     task = cli.get(task_path, settings.get(task_path))
     if task is None:
         task = field_default(cls, task_path)
-    cfg, sources = configure(cls, task_defaults(str(task)), settings, cli)
+    cfg, sources = configure(cls, task_defaults(str(task)) if task is not None else {}, settings, cli)
     return cfg, sources, rec
 
 
 def field_default(cls, path: str):
     """The library default of the field at ``path``."""
-    from twinloop.run.config import get_path
-
     return get_path(cls(), path)
+
+
+def _choices(path: str) -> str:
+    """The registered names a field takes (its registry's, read when the command is made)."""
+    registries = {"task": TASKS, "world": WORLDS, "optimizer": OPTIMIZER_NAMES, "backend": BACKENDS,
+                  "proposer": PROPOSERS, "monitor": ACTIONS}
+    names = registries.get(path.rsplit(".", 1)[-1])
+    return f" Choices: {' | '.join(names)}." if names else ""
 
 
 def _option(cls, path: str, flags: tuple[str, ...]) -> tuple[str, inspect.Parameter]:
     tp = field_type(cls, path)
-    inner, _ = _optional(tp)
+    inner, _ = unwrap_optional(tp)
     if typing.get_origin(inner) is tuple:
         inner = str  # a comma-separated list, parsed by the field's annotation
     long, *short = flags
     decls = [f"--{long}/--no-{long}"] if inner is bool else [f"--{long}", *short]
     var = long.replace("-", "_")
     doc = path_doc(cls, path)
-    opt = typer.Option(None, *decls, help=f"{doc} [{path}]", show_default=False)
+    opt = typer.Option(None, *decls, help=f"{doc}{_choices(path)} [{path}]", show_default=False)
     return var, inspect.Parameter(var, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=inner | None)
 
 
 def config_command(cls, command: str, options: Mapping[str, tuple[str, ...]], body: Callable,
-                   extra: Mapping[str, tuple[type, object]] | None = None, doc: str = "") -> Callable:
+                   extra: Mapping[str, tuple[type, object]] | None = None, doc: str = "",
+                   task_path: str = "experiment.task") -> Callable:
     """A typer command for config class ``cls``: an option per ``options`` path, plus
     ``--recipe`` and ``--set``, plus ``extra`` command-only options ``{name: (type,
     typer.Option)}``. It resolves the config and calls ``body(cfg, sources, recipe, **extra)``."""
@@ -88,7 +107,7 @@ def config_command(cls, command: str, options: Mapping[str, tuple[str, ...]], bo
         clash = sorted(set(sets) & set(cli))
         if clash:
             raise TwinloopError(f"{', '.join(clash)} given both as an option and with --set: give it once")
-        cfg, sources, rec = resolve(cls, command, kw.pop("recipe"), {**cli, **sets})
+        cfg, sources, rec = resolve(cls, command, kw.pop("recipe"), {**cli, **sets}, task_path)
         return body(cfg, sources, rec, **kw)
 
     fn.__signature__ = inspect.Signature(params)

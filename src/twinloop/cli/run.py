@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from twinloop import plugins
 from twinloop.cli.common import (
     OUT_HELP,
     console,
@@ -21,6 +22,7 @@ from twinloop.cli.generate import config_command, resolve
 from twinloop.errors import TwinloopError
 from twinloop.io import out_mode
 from twinloop.recipes import Recipe, load_recipe, recipe_names
+from twinloop.run.calibrate import CalibrateConfig
 from twinloop.run.compare import RunConfig, run_comparison
 from twinloop.run.config import field_type, get_path, leaf_paths, path_doc, type_name
 from twinloop.run.distill import DistillConfig
@@ -65,6 +67,8 @@ def published(recipe: Recipe) -> str:
 
 @guard
 def demo(
+    task: str = typer.Option(None, help="Any task (a registered name, path/to/file.py:Class or package.module:Class) "
+                             "with its own defaults; default: the recipe push-t-demo."),
     episodes: int = typer.Option(None, help="Episodes per controller (default 20)."),
     seed: int = typer.Option(None, help="Seed of the world's hidden physics and the episodes (default 0)."),
     out: str = typer.Option(None, help=OUT_HELP),
@@ -72,10 +76,12 @@ def demo(
     video: bool = typer.Option(None, "--video/--no-video", help="Render one refined episode with ghost rollouts."),
 ):
     """Push-T in a shifted world: the scripted proposer alone vs with MPPI refinement (K=32,
-    0.5 s horizon, 10 ms twin steps): the recipe push-t-demo."""
-    cli = {path: v for path, v in (("experiment.episodes", episodes), ("experiment.seed", seed),
-                                   ("experiment.out", out), ("experiment.video", video)) if v is not None}
-    cfg, sources, rec = resolve(RunConfig, "run", DEMO_RECIPE, cli)
+    0.5 s horizon, 10 ms twin steps): the recipe push-t-demo. With --task, the same experiment
+    on that task with its own defaults."""
+    cli = {path: v for path, v in (("experiment.task", task), ("experiment.episodes", episodes),
+                                   ("experiment.seed", seed), ("experiment.out", out), ("experiment.video", video))
+           if v is not None}
+    cfg, sources, rec = resolve(RunConfig, "run", None if task else DEMO_RECIPE, cli)
     _run(cfg, overwrite, sources=sources, recipe=rec)
 
 
@@ -97,10 +103,8 @@ RUN_OPTIONS = {
     "proposer": ("proposer",),
     "checkpoint": ("checkpoint",),
     "planner.optimizer": ("optimizer",),
-    "planner.backend": ("backend",),
     "planner.refiner.num_samples": ("num-samples", "-k"),
     "planner.refiner.horizon": ("horizon",),
-    "planner.refiner.iterations": ("iterations",),
     "planner.refiner.exact_prior": ("exact-prior",),
     "planner.noise": ("noise",),
     "planner.twin_timestep": ("twin-timestep",),
@@ -133,13 +137,11 @@ run = config_command(
 @guard
 def recipes():
     """List the shipped recipes: what each runs, its published result and its command."""
-    t = Table(title="recipes")
-    for c in ("name", "command", "published result", "description"):
-        t.add_column(c)
     for name in recipe_names():
         r = load_recipe(name)
-        t.add_row(name, r.command_line(), published(r), r.description)
-    console.print(t)
+        console.print(f"[bold]{name}[/]  {r.command_line()}", soft_wrap=True, highlight=False)
+        console.print(f"  {r.description}", soft_wrap=True, highlight=False)
+        console.print(f"  published: {published(r)}", soft_wrap=True, highlight=False)
 
 
 @guard
@@ -149,21 +151,21 @@ def fields(command: str = typer.Argument("run", help="The command whose settings
     cls = CONFIGS.get(command)
     if cls is None:
         raise TwinloopError(f"no generated settings for command {command!r}: known are {', '.join(CONFIGS)}")
-    t = Table(title=f"twinloop {command} settings")
-    for c in ("path", "type", "default", "description"):
-        t.add_column(c)
     lib = cls()
+    console.print(f"[bold]twinloop {command}[/] settings (--set PATH=VALUE, or a recipe's \\[config]):")
     for path in leaf_paths(cls):
-        t.add_row(path, type_name(field_type(cls, path)), repr(get_path(lib, path)), path_doc(cls, path))
-    console.print(t)
+        console.print(f"  [bold]{path}[/] ({type_name(field_type(cls, path))}; default {get_path(lib, path)!r}): "
+                      f"{path_doc(cls, path)}", soft_wrap=True, highlight=False)
 
 
 def tasks():
-    """List the registered tasks, what they ask and their default parameters."""
+    """List the registered tasks (and those installed packages register as entry points of
+    group twinloop.tasks), what they ask and their default parameters. A task of your own
+    needs no registration: --task path/to/file.py:Class or package.module:Class."""
     t = Table(title="tasks")
     for c in ("name", "actions", "control period", "episode ticks", "parameters", "description"):
         t.add_column(c)
-    for name in TASKS:
+    for name in [*TASKS, *sorted(set(plugins.entry_points("task")) - set(TASKS))]:
         try:
             task = make_task(name)
             task.model  # noqa: B018 - a task whose scene cannot load says why in its row
@@ -176,4 +178,5 @@ def tasks():
 
 
 COMMANDS = (demo, run, tasks, recipes, fields)
-CONFIGS = {"run": RunConfig, "rsr": RSRConfig, "distill": DistillConfig, "evaluate": EvaluateConfig}
+CONFIGS = {"run": RunConfig, "rsr": RSRConfig, "distill": DistillConfig, "evaluate": EvaluateConfig,
+           "calibrate": CalibrateConfig}

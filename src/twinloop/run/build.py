@@ -72,7 +72,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
 
 def planning_particles(cfg: RunConfig, space) -> np.ndarray | None:
     """``(P, n)`` parameter particles of ``space`` the refiner plans under (see
-    :attr:`RunConfig.particles` and :attr:`RunConfig.posterior`), or ``None`` (the nominal
+    :attr:`PlannerConfig.particles <twinloop.run.sections.PlannerConfig.particles>` and ``posterior``), or ``None`` (the nominal
     twin)."""
     if cfg.planner.posterior is not None:
         if not len(space):

@@ -136,9 +136,7 @@ class RunConfig:
                 (g.commit is not None, "repair_commit carries a repair on tick by tick; it cannot run in real time "
                  "(realtime=True)"),
                 (g.observer, "observer=True predicts the last estimate one control tick ahead; the real-time "
-                 "controller's ticks have no fixed period (realtime=True)"),
-                (self.refiner.accept != "always", f"accept={self.refiner.accept!r} decides tick by tick on the "
-                 "synchronous refined controller; it cannot run in real time (realtime=True)")):
+                 "controller's ticks have no fixed period (realtime=True)")):
             if on:
                 raise TwinloopError(why)
 
@@ -209,60 +207,13 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
             watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period, world)
             log(f"gap monitor ({cfg.monitor}): threshold {monitor_info['threshold']:.3g} from "
                 f"{cfg.monitor_episodes} refined episodes in the nominal twin")
-        seeds = episode_seeds(cfg)
         names = (["base"] if proposer is not None else []) + ["refined"]
-        datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if cfg.experiment.record else {}
-        n_ticks = world_ticks(cfg, task, world)
-        batches = [EpisodeBatch(partial(controller_in_world, cfg, n, watch), seeds,
-                                options={"max_ticks": n_ticks, "record": cfg.experiment.record}, stats=episode_stats)
-                   for n in names]
-        counts = dict.fromkeys(names, 0)
-        current = [0]
-
-        def on_episode(b: int, r) -> None:
-            name = names[b]
-            if r.recorder is not None:  # written as it arrives: a failure later loses no episode
-                datasets[name].write(r.recorder)
-                r.recorder = None
-            counts[name] += 1
-            current[0] = b + (counts[name] == len(seeds))
-            if progress is not None:
-                progress(name, counts[name], len(seeds))
-
         t_start = time.perf_counter()
-        try:
-            runs = (executor or SerialExecutor()).run(batches, on_episode)
-        except BaseException as exc:  # Ctrl-C too: the frames it recorded are kept
-            write_partial(datasets.get(names[min(current[0], len(names) - 1)]), exc)
-            raise
-        all_eps = dict(zip(names, runs, strict=True))
+        all_eps = _run_episodes(cfg, task, world, names, out, watch, progress, executor)
     finally:
         world.close()  # a remote world's socket, a real-time world's clock
-    one_world_seed = world_seed(cfg) if cfg.experiment.world in SEEDED_WORLDS else None  # what a row's world_seed is otherwise
-    results = []
-    for name, eps in all_eps.items():
-        results.append(summarize(name, eps))
-        if cfg.realtime:
-            results[-1]["realtime"] = realtime_summary([e.stats for e in eps])
-    summary = {
-        "task": task.name,
-        "world": world.describe(),
-        "seed": cfg.experiment.seed,
-        "episodes": cfg.experiment.episodes,
-        "config": config_dict(cfg),
-        "config_sources": sources or sources_of(cfg, task_defaults(cfg.experiment.task)),
-        "wall_time_s": time.perf_counter() - t_start,
-        "results": results,
-        # what the refined controller plans with (null: the nominal twin)
-        "planning_params": None if refiner.params is None else
-        [dict(zip(refiner.twin.param_space.names, map(float, p))) for p in refiner.params],
-        "world_per_episode": cfg.experiment.world_per_episode,
-        "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
-                             "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
-                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits", "accept", "twin_cost_error", "peak_body_speed", "peak_body")
-                                if s in e.stats}}
-                            for e in v] for k, v in all_eps.items()},
-    }
+    summary = _summary(cfg, task, world, refiner, all_eps, sources)
+    summary["wall_time_s"] = time.perf_counter() - t_start
     if monitor_info is not None:
         refined = all_eps["refined"]
         summary["monitor"] = {**monitor_info, "episodes_alarmed": sum(bool(e.stats["alarms"]) for e in refined),
@@ -279,6 +230,67 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         except RenderingUnavailable as exc:  # the results are written; only the video is missing
             log(f"no video: {exc}")
     return summary
+
+
+def _run_episodes(cfg: RunConfig, task, world, names: list[str], out: Path, watch, progress,
+                  executor: Executor | None) -> dict[str, list]:
+    """Every controller's episodes (``{name: [EpisodeResult]}``), each written to its dataset as
+    it arrives; an episode cut short by an error is written with what it recorded."""
+    seeds = episode_seeds(cfg)
+    record = cfg.experiment.record
+    datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if record else {}
+    n_ticks = world_ticks(cfg, task, world)
+    batches = [EpisodeBatch(partial(controller_in_world, cfg, n, watch), seeds,
+                            options={"max_ticks": n_ticks, "record": record}, stats=episode_stats)
+               for n in names]
+    counts = dict.fromkeys(names, 0)
+    current = [0]
+
+    def on_episode(b: int, r) -> None:
+        name = names[b]
+        if r.recorder is not None:  # written as it arrives: a failure later loses no episode
+            datasets[name].write(r.recorder)
+            r.recorder = None
+        counts[name] += 1
+        current[0] = b + (counts[name] == len(seeds))
+        if progress is not None:
+            progress(name, counts[name], len(seeds))
+
+    try:
+        runs = (executor or SerialExecutor()).run(batches, on_episode)
+    except BaseException as exc:  # Ctrl-C too: the frames it recorded are kept
+        write_partial(datasets.get(names[min(current[0], len(names) - 1)]), exc)
+        raise
+    return dict(zip(names, runs, strict=True))
+
+
+def _summary(cfg: RunConfig, task, world, refiner, all_eps: dict, sources: dict | None) -> dict:
+    """``summary.json``'s shared schema for a comparison's episodes."""
+    one_world_seed = world_seed(cfg) if cfg.experiment.world in SEEDED_WORLDS else None  # a row's world_seed otherwise
+    results = []
+    for name, eps in all_eps.items():
+        results.append(summarize(name, eps))
+        if cfg.realtime:
+            results[-1]["realtime"] = realtime_summary([e.stats for e in eps])
+    extra = ("world_params", "alarms", "refits", "accept", "twin_cost_error", "peak_body_speed", "peak_body")
+    return {
+        "task": task.name,
+        "world": world.describe(),
+        "seed": cfg.experiment.seed,
+        "episodes": cfg.experiment.episodes,
+        "config": config_dict(cfg),
+        "config_sources": sources or sources_of(cfg, task_defaults(cfg.experiment.task)),
+        "wall_time_s": None,
+        "results": results,
+        # what the refined controller plans with (null: the nominal twin)
+        "planning_params": None if refiner.params is None else
+        [dict(zip(refiner.twin.param_space.names, map(float, p))) for p in refiner.params],
+        "world_per_episode": cfg.experiment.world_per_episode,
+        "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
+                             "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
+                             **{s: e.stats[s] for s in extra if s in e.stats}}
+                            for e in v] for k, v in all_eps.items()},
+    }
 
 
 def realtime_summary(rows: list[dict]) -> dict:

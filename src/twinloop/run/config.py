@@ -14,6 +14,7 @@ layers and says which one set each value (``summary.json``'s ``config_sources``)
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import operator
@@ -54,9 +55,16 @@ def composed(aliases: Mapping[str, str] | None = None):
             if unknown:
                 raise TwinloopError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))}: its fields are "
                                     f"{', '.join(sorted(own | set(routes)))}")
+            groups: dict[str, dict] = {}
             for name, value in flat.items():
                 head, _, rest = routes[name].partition(".")
-                kw[head] = set_path(kw.get(head) or _default(cls, head), rest, value) if rest else value
+                if rest:
+                    groups.setdefault(head, {})[rest] = value
+                else:
+                    kw[head] = value
+            for head, values in groups.items():  # each section made once: its checks see all its values
+                start = kw.get(head) or _default(cls, head)
+                kw[head] = with_values(type(start), values, start)
             init(self, *args, **kw)
 
         def __getattr__(self, name):
@@ -87,7 +95,7 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def _optional(tp):
+def unwrap_optional(tp):
     """``(inner type, optional)`` of an annotation ``X | None``."""
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
@@ -98,22 +106,32 @@ def _optional(tp):
 
 def section_type(cls, name: str):
     """The dataclass type of field ``name`` of ``cls`` (``X`` or ``X | None``), or ``None``."""
-    tp, _ = _optional(_hints(cls)[name])
+    tp, _ = unwrap_optional(_hints(cls)[name])
     return tp if isinstance(tp, type) and is_dataclass(tp) else None
 
 
 def field_type(cls, path: str):
-    """The annotation of the field at ``path`` below the config class ``cls``."""
+    """The annotation of the field at ``path`` below the config class ``cls``; an unknown path
+    is a :class:`TwinloopError` naming it and the closest known ones."""
+    tp = _field_type(cls, path)
+    if tp is None:
+        known = leaf_paths(cls)
+        close = difflib.get_close_matches(path, known, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else f"known are {', '.join(known)}"
+        raise TwinloopError(f"unknown setting {path!r} of {cls.__name__}: {hint} (twinloop fields COMMAND lists "
+                            "them)")
+    return tp
+
+
+def _field_type(cls, path: str):
     head, _, rest = path.partition(".")
     hints = _hints(cls)
-    if head not in hints or head.startswith("_"):
-        raise TwinloopError(f"unknown setting {path!r} of {cls.__name__}: known are {', '.join(leaf_paths(cls))}")
+    if head not in hints or head.startswith("_") or head not in {f.name for f in fields(cls)}:
+        return None
     if not rest:
         return hints[head]
     sub = section_type(cls, head)
-    if sub is None:
-        raise TwinloopError(f"unknown setting {path!r} of {cls.__name__}: {head!r} has no fields")
-    return field_type(sub, rest)
+    return None if sub is None else _field_type(sub, rest)
 
 
 def leaf_paths(cls, prefix: str = "") -> list[str]:
@@ -185,7 +203,7 @@ def parse_value(text: str, tp, path: str):
     ``none`` for an optional field's ``None``, ``a,b`` for a tuple."""
     if not isinstance(text, str):
         return _check_value(text, tp, path)
-    inner, optional = _optional(tp)
+    inner, optional = unwrap_optional(tp)
     if optional and text.strip().lower() in ("none", "null", ""):
         return None
     origin = typing.get_origin(inner)
@@ -207,7 +225,7 @@ def parse_value(text: str, tp, path: str):
 
 def _check_value(value, tp, path: str):
     """A recipe's TOML value checked against the annotation (an int where a float goes is a float)."""
-    inner, optional = _optional(tp)
+    inner, optional = unwrap_optional(tp)
     if value is None and optional:
         return None
     if typing.get_origin(inner) is tuple and isinstance(value, list):
@@ -222,9 +240,11 @@ def _check_value(value, tp, path: str):
 
 def type_name(tp) -> str:
     """A field's annotation in words (``an integer or none``)."""
-    inner, optional = _optional(tp)
+    inner, optional = unwrap_optional(tp)
     if typing.get_origin(inner) is tuple:
-        name = f"a comma-separated list of {type_name(typing.get_args(inner)[0])}"
+        item = typing.get_args(inner)[0]
+        plural = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}.get(item, str(item))
+        name = f"a comma-separated list of {plural}"
     else:
         name = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(inner, str(inner))
     return name + (" or none" if optional else "")

@@ -40,193 +40,38 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
-from twinloop.calib.fit import CalibConfig
 from twinloop.control import Controller, ProposerSamples, Refiner
 from twinloop.data import Dataset, EpisodeRecorder
 from twinloop.data.episodes import recorded_on
-from twinloop.errors import TwinloopError, choose, number
+from twinloop.errors import TwinloopError, number
 from twinloop.io import output_folder, read_json, write_json
-from twinloop.plan import OPTIMIZERS, make_optimizer
-from twinloop.policies.distilled import DistilledPolicy, PolicyConfig
+from twinloop.plan import make_optimizer
+from twinloop.policies.distilled import DistilledPolicy
 from twinloop.run.build import refiner_twin
-from twinloop.run.config import composed
-from twinloop.run.evaluate import NOMINAL_TWIN, TwinEstimate, calibrated_twin, calibration_record
+from twinloop.run.config import sources_of
+from twinloop.run.distill_config import (  # noqa: F401 - importable from here as before
+    BASELINES,
+    MIN_K_TOLERANCE,
+    PRIOR_TWINS,
+    TEACHERS,
+    WORLDS,
+    DistillConfig,
+)
+from twinloop.run.evaluate import TwinEstimate, calibrated_twin, calibration_record
 from twinloop.run.experiment import EpisodeResult, run_episodes, summarize
-from twinloop.run.sections import ExperimentConfig, PlannerConfig
 from twinloop.stats import wilson
-from twinloop.tasks import make_task
+from twinloop.tasks import make_task, task_defaults
 from twinloop.viz.plots import plot_comparison, plot_rounds
 from twinloop.worlds import make_world
 from twinloop.worlds.shifted import shift_settings
 from twinloop.worlds.twin import TwinWorld
 
-WORLDS = ("shifted", "nominal")
-TEACHERS = ("scripted", "policy")
-#: refinement without a learned base policy, swept over K once: controller name -> proposer
-BASELINES = {"refined": "none", "scripted+refined": "scripted"}
-#: refined success within this of the sweep's best counts as "as good" for ``min_k``
-MIN_K_TOLERANCE = 0.05
-#: the ``posterior`` value whose twin-worlds draw their parameters from the task's prior
-PRIOR_TWINS = "prior"
-
 Progress = Callable[[str, int, int], None]
-
-
-@composed({"posterior": "twin_worlds"})
-@dataclass(frozen=True)
-class DistillConfig:
-    """Every choice of a distill run (``twinloop distill``'s options are generated from these fields).
-
-    The planner and the experiment are the sections ``twinloop run`` uses, with its defaults
-    (the task's, K=32, 0.5 s horizon, 10 ms twin steps); flat construction reaches their fields
-    (``DistillConfig(task="pivot", episodes=2)``; ``posterior=`` sets ``twin_worlds``).
-
-    Attributes:
-        experiment: the task, the world the policies are evaluated in and world data come from
-            (``shifted`` | ``nominal``, its ``severity``; its hidden physics seeded by
-            ``world_seed``, ``None``: ``seed``), evaluation episodes per controller (the same
-            seeds every round), their length, the seed of episodes, calibration and training, and
-            the output folder (:class:`~twinloop.run.sections.ExperimentConfig`).
-        planner: the teacher's and the evaluated controllers' planner
-            (:class:`~twinloop.run.sections.PlannerConfig`); ``refiner.num_samples`` is K.
-        proposal_samples: policy samples offered to the refiner each tick (they join the first
-            batch of any optimizer; see :meth:`~twinloop.control.Refiner.refine`).
-        calib: calibration of the twin-worlds the twin data come from.
-        calib_episodes: excitation episodes recorded in the world for it.
-        calib_ticks: their length (ticks).
-        twin_worlds: a saved posterior (``posterior.json``) to use instead of calibrating;
-            ``"nominal"``: no calibration, every twin-world is the nominal twin (nominal
-            parameters, no delay, no observation noise): a policy trained on the model alone;
-            ``"prior"`` (:data:`PRIOR_TWINS`): no calibration either, each twin-world draws its
-            parameters from the task's prior (:meth:`~twinloop.params.ParamSpace.sample_prior`,
-            seeded by ``seed`` and the world's index; no delay, no observation noise): domain
-            randomization, a policy trained on a spread of models and none fitted to the world.
-        prior_shift: with ``twin_worlds="prior"`` or ``"nominal"``, each twin-world also draws a
-            shift level 0-3 (uniformly, from the same seeded stream) and takes that level's
-            actuation delay and observation noise (:func:`~twinloop.worlds.shifted.shift_settings`:
-            0-40 ms, the shift model's whole range; not its engine): latency and sensor noise
-            randomized too (with ``"nominal"``: around the nominal physics, which stays fixed).
-        teacher: who labels twin states: ``scripted`` (the task's scripted proposer refined at
-            K; refinement alone for a task without one) | ``policy`` (the current policy
-            refined at K; round 1's data always come from the scripted teacher).
-        teacher_warm: the teacher starts each tick's refinement from its last plan shifted
-            (MPPI then samples around a mix of it and the proposal). False: from the proposal
-            alone, so that a label depends on the state and that tick's samples, not on the
-            teacher's earlier plans, which the learner never sees (and, under DAgger, were
-            never executed).
-        collect: teacher episodes in twin-worlds before round 1 (about 1 s each on shifted
-            push-t at K=32: the cheapest data there is).
-        collect_noise: standard deviation of the noise added to the teacher's actions while
-            collecting, a fraction of each action's range (DART: its labels then show how to
-            recover from a learner's errors); 0: none.
-        twin_dagger: episodes after each round but the last in which the policy alone drives in
-            twin-worlds and the teacher labels its states.
-        dagger_episodes: episodes after each round but the last of policy + refinement in the
-            world (robot time), its refined plans as labels.
-        episodes: evaluation episodes per controller (the same seeds every round).
-        rounds: R, train/evaluate/aggregate rounds.
-        k_sweep: Ks at which policy + refinement (and the baselines) are evaluated (K itself
-            is always included).
-        baselines: refinement without the learned policy swept over the Ks once: ``refined``
-            (no proposer) and ``scripted+refined`` (the scripted proposer refined).
-        goal_success: the success level ``k_at_goal`` asks for.
-        policy: the distilled policy's architecture and training (``chunk=None``: the
-            refiner's horizon; its ``seed`` becomes ``seed``). The default holds out 10% of
-            the episodes and keeps the weights of the lowest held-out loss, stopping after 4
-            evaluations without one (at most 6000 steps): on 40 push-t teacher episodes the
-            held-out loss is lowest after 500 steps and 3.4x higher after 3000.
-        policy: the distilled policy's architecture and training (``chunk=None``: the
-            refiner's horizon; its ``seed`` becomes ``seed``). The default holds out 10% of
-            the episodes and keeps the weights of the lowest held-out loss, stopping after 4
-            evaluations without one (at most 6000 steps): on 40 push-t teacher episodes the
-            held-out loss is lowest after 500 steps and 3.4x higher after 3000.
-    """
-
-    experiment: ExperimentConfig = field(default_factory=lambda: ExperimentConfig(out="twinloop-distill",
-                                                                                  video=False))
-    planner: PlannerConfig = field(default_factory=PlannerConfig)
-    proposal_samples: int = 0
-    calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=200, delay_steps=None))
-    calib_episodes: int = 10
-    calib_ticks: int = 60
-    twin_worlds: str | None = None
-    prior_shift: bool = False
-    teacher: str = "scripted"
-    teacher_warm: bool = True
-    collect: int = 400
-    collect_noise: float = 0.0
-    twin_dagger: int = 40
-    dagger_episodes: int = 10
-    rounds: int = 3
-    k_sweep: tuple[int, ...] = (4, 8, 16, 32)
-    baselines: tuple[str, ...] = tuple(BASELINES)
-    goal_success: float = 0.9
-    policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(steps=6000, val_fraction=0.1, patience=4))
-
-    def __post_init__(self):
-        for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("policy", PolicyConfig),
-                           ("calib", CalibConfig)):
-            if not isinstance(getattr(self, name), kind):
-                raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        e = self.experiment
-        choose("world", e.world, WORLDS)
-        e.refuse("distill", world_per_episode=False, first_episode=0, video=False, record=True)
-        if self.planner.particles or self.planner.posterior is not None:
-            raise TwinloopError("distill plans in its twin-worlds' nominal twin: planner.particles and "
-                                "planner.posterior are not used (twin_worlds chooses the twin-worlds)")
-        planner = self.planner.for_task(e.task)
-        choose("optimizer", planner.optimizer, tuple(OPTIMIZERS))
-        if planner.noise is not None:
-            number(planner.noise, "noise", low=0, low_open=True)
-        object.__setattr__(self, "planner", planner)
-        self._check_counts()
-        object.__setattr__(self, "k_sweep", tuple(sorted({*self.k_sweep, self.planner.refiner.num_samples})))
-        if self.prior_shift and self.twin_worlds not in (PRIOR_TWINS, NOMINAL_TWIN):
-            raise TwinloopError(f"prior_shift randomizes uncalibrated twin-worlds: it needs posterior={PRIOR_TWINS!r} "
-                                f"or {NOMINAL_TWIN!r}, got {self.twin_worlds!r}")
-
-    def _check_counts(self) -> None:
-        choose("teacher", self.teacher, TEACHERS)
-        object.__setattr__(self, "baselines", tuple(self.baselines))
-        for b in self.baselines:
-            choose("baseline", b, tuple(BASELINES))
-        for name, low in (("rounds", 1), ("collect", 1), ("twin_dagger", 0), ("dagger_episodes", 0),
-                          ("proposal_samples", 0), ("calib_episodes", 1), ("calib_ticks", 2)):
-            object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
-        object.__setattr__(self, "goal_success", number(self.goal_success, "goal_success", low=0, high=1))
-        object.__setattr__(self, "collect_noise", number(self.collect_noise, "collect_noise", low=0, high=1))
-        object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
-        if (self.experiment.episodes > 50_000 or self.collect > 9_000 or self.twin_dagger > 9_000
-                or self.dagger_episodes > 1_000):
-            raise TwinloopError("episodes <= 50000, collect and twin_dagger <= 9000, dagger_episodes <= 1000 "
-                                "(seed ranges)")
-        if self.rounds > 1 and self.twin_dagger + self.dagger_episodes < 1:
-            raise TwinloopError("rounds > 1 need twin_dagger or dagger_episodes >= 1 (no new data otherwise)")
-
-    def policy_config(self, task) -> PolicyConfig:
-        ticks = max(1, int(round(self.refiner.horizon / task.control_period)))
-        return replace(self.policy, seed=self.seed, chunk=self.policy.chunk or ticks)
-
-    # one seed range per purpose, so evaluation never sees a training episode's start
-    def eval_seeds(self) -> list[int]:
-        return [self.seed * 100_000 + i for i in range(self.episodes)]
-
-    def collect_seeds(self) -> list[int]:
-        return [self.seed * 100_000 + 50_000 + i for i in range(self.collect)]
-
-    def dagger_seeds(self, round_: int) -> list[int]:
-        return [self.seed * 100_000 + 60_000 + 1_000 * round_ + i for i in range(self.dagger_episodes)]
-
-    def twin_dagger_seeds(self, round_: int) -> list[int]:
-        return [self.seed * 100_000 + 70_000 + 2_000 * round_ + i for i in range(self.twin_dagger)]
-
-    def calib_seeds(self) -> list[int]:
-        return [self.seed * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
 
 
 class Labelled:
@@ -505,7 +350,7 @@ def stages(cfg: DistillConfig) -> list[str]:
 
 
 def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Callable[[str], None] = print,
-                mode: str = "new", budget_s: float | None = None) -> dict:
+                mode: str = "new", budget_s: float | None = None, sources: dict[str, str] | None = None) -> dict:
     """Calibrate, collect in twin-worlds, then ``cfg.rounds`` of train -> evaluate -> aggregate.
 
     ``progress(label, done, total)`` is called after each episode and every 50 training steps.
@@ -530,7 +375,8 @@ def run_distill(cfg: DistillConfig, progress: Progress | None = None, log: Calla
     run.calibrate(resume=bool(state["done"]))
     summary = state["summary"]
     summary.update({"task": run.task.name, "world": run.world.describe(), "seed": cfg.seed, "episodes": cfg.episodes,
-                    "config": asdict(cfg), "calibration": calibration_record(run.task, run.world, run.estimate)})
+                    "config": asdict(cfg), "config_sources": sources or sources_of(cfg, task_defaults(cfg.task)),
+                    "calibration": calibration_record(run.task, run.world, run.estimate)})
     summary.setdefault("baselines", {})
     summary["rounds"] = summary.get("rounds", [])[: cfg.rounds]
     ran = False

@@ -37,8 +37,9 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -47,126 +48,21 @@ from twinloop.calib.noise import estimate_obs_noise
 from twinloop.calib.windows import record_trajectory
 from twinloop.data import Dataset
 from twinloop.data.episodes import recorded_on
-from twinloop.errors import TwinloopError, choose, number
+from twinloop.errors import TwinloopError
 from twinloop.io import output_folder, read_json, write_json
-from twinloop.run.config import composed, config_dict
+from twinloop.run.config import config_dict, sources_of
 from twinloop.run.engines import engine_report
+from twinloop.run.evaluate_config import DEFAULT_POLICIES, TWINS, EvaluateConfig  # noqa: F401 - as before
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize
 from twinloop.run.policy import PolicySpec, policy_controller
-from twinloop.run.sections import ExperimentConfig
 from twinloop.stats import mmrv, pearson, spearman, wilson
-from twinloop.tasks import make_task
-from twinloop.twin import BACKENDS, make_twin
+from twinloop.tasks import make_task, task_defaults
+from twinloop.twin import make_twin
 from twinloop.twin.engine import Engine
 from twinloop.viz.plots import plot_evaluation
-from twinloop.worlds import WORLDS, make_world
+from twinloop.worlds import make_world
 from twinloop.worlds.twin import ModelWorld, TwinWorld
-
-TWINS = ("nominal", "calibrated", "calibrated-physics")
-
-#: eight push-t policies from hopeless to strong (scripted with noise, refinement at growing K)
-DEFAULT_POLICIES = (
-    "scripted@noise=0.3", "scripted@noise=0.1", "scripted", "scripted+mppi@k=4", "scripted+mppi@k=8",
-    "scripted+mppi@k=16", "scripted+mppi@k=32", "scripted+cem@k=32,iterations=2",
-)
-
-
-@composed()
-@dataclass(frozen=True)
-class EvaluateConfig:
-    """Every choice of an evaluation (``twinloop evaluate``'s options are generated from these fields).
-
-    Flat construction reaches the experiment's fields (``EvaluateConfig(task="block-push",
-    episodes=2)``).
-
-    Attributes:
-        experiment: the task, the world the twin should predict (its ``severity``, its hidden
-            physics seeded by ``world_seed``: 0 unless set; ``None`` is ``seed``), episodes per
-            policy and side (the same seeds everywhere), the seed of the episodes (``seed *
-            100000 + i``, as ``run``), calibration and bootstrap, the episode length, the output
-            folder and whether the world episodes are written to ``out/episodes/world`` (none with
-            ``world_from``) (:class:`~twinloop.run.sections.ExperimentConfig`).
-        policies: policy specs (text form, see :mod:`twinloop.run.policy`); at least two.
-        twins: the twin-worlds to compare (``nominal``, ``calibrated``, ``calibrated-physics``);
-            the last one listed is the headline of ``summary["evaluation"]``.
-        calib: the calibration of the calibrated twins (``delay_steps=None`` estimates the delay).
-        calib_episodes: excitation episodes recorded in the world for calibration.
-        calib_ticks: their length (ticks).
-        calib_seed: seeds the excitation episodes and the noise estimate (default: ``seed``); runs
-            that pool into one evaluation (new seeds, same twin) pass the same one.
-        posterior: a saved posterior (``posterior.json`` of ``twinloop calibrate``) to use
-            instead of calibrating; ``"nominal"``: the nominal twin, uncalibrated.
-        models: saved learned twins as more twin-worlds, ``backend=path`` (``learned=l.pt``,
-            ``hybrid=h.pt``), each stepped as a :class:`~twinloop.worlds.twin.ModelWorld`.
-        engines: engine variants for the cross-engine report (``Engine.parse`` strings).
-        plan_states: world states at which refinement's selected plan is compared across engines.
-        n_boot: bootstrap resamples.
-        world_from: an earlier evaluation's ``summary.json`` whose world episodes are reused
-            instead of running the world (see the module docstring for what must match).
-    """
-
-    experiment: ExperimentConfig = field(default_factory=lambda: ExperimentConfig(
-        world_seed=0, episodes=10, out="twinloop-eval", video=False))
-    policies: tuple[str, ...] = DEFAULT_POLICIES
-    twins: tuple[str, ...] = ("nominal", "calibrated")
-    calib: CalibConfig = field(default_factory=lambda: CalibConfig(method="cma", max_evals=300, delay_steps=None))
-    calib_episodes: int = 10
-    calib_ticks: int = 60
-    calib_seed: int | None = None
-    posterior: str | None = None
-    models: tuple[str, ...] = ()
-    engines: tuple[str, ...] = ()
-    plan_states: int = 30
-    n_boot: int = 1000
-    world_from: str | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.experiment, ExperimentConfig):
-            raise TwinloopError(f"experiment must be an ExperimentConfig, got {type(self.experiment).__name__}")
-        choose("world", self.experiment.world, tuple(WORLDS))
-        self.experiment.refuse("evaluate", world_per_episode=False, first_episode=0, video=False)
-        for name in ("policies", "twins", "engines", "models"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        if len(self.policies) < 2:
-            raise TwinloopError(f"policies: need at least two to compare rankings, got {len(self.policies)}")
-        specs = [PolicySpec.parse(p) for p in self.policies]
-        labels = [s.label for s in specs]
-        if len(set(labels)) != len(labels):
-            raise TwinloopError(f"policies must differ, got duplicates in {labels}")
-        if not self.twins:
-            raise TwinloopError("twins: name at least one twin-world")
-        for t in self.twins:
-            choose("twin", t, TWINS)
-        for e in self.engines:
-            Engine.parse(e)
-        for m in self.models:
-            backend, sep, path = m.partition("=")
-            choose("backend", backend, tuple(BACKENDS))
-            if not sep or not path:
-                raise TwinloopError(f"models: entries look like backend=path, got {m!r}")
-        for name in ("calib_episodes", "calib_ticks", "n_boot"):
-            if getattr(self, name) < 1:
-                raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.calib_seed is not None:
-            object.__setattr__(self, "calib_seed", number(self.calib_seed, "calib_seed", low=0, integer=True))
-        if self.plan_states < 0:
-            raise TwinloopError(f"plan_states must be >= 0, got {self.plan_states}")
-        if not isinstance(self.calib, CalibConfig):
-            raise TwinloopError(f"calib must be a CalibConfig, got {type(self.calib).__name__}")
-
-    def specs(self) -> list[PolicySpec]:
-        return [PolicySpec.parse(p) for p in self.policies]
-
-    def episode_seeds(self) -> list[int]:
-        return [self.seed * 100_000 + i for i in range(self.episodes)]
-
-    def calib_base_seed(self) -> int:
-        return self.seed if self.calib_seed is None else self.calib_seed
-
-    def calib_seeds(self) -> list[int]:
-        return [self.calib_base_seed() * 100_000 + 90_000 + i for i in range(self.calib_episodes)]
-
 
 #: the ``posterior`` value that stands for the uncalibrated nominal twin (see :func:`calibrated_twin`)
 NOMINAL_TWIN = "nominal"
@@ -303,12 +199,12 @@ def ranking_metrics(twin: np.ndarray, world: np.ndarray, n_boot: int = 1000, see
 
 
 def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None] = print,
-                   executor: Executor | None = None, mode: str = "new") -> dict:
+                   executor: Executor | None = None, mode: str = "new", sources: dict[str, str] | None = None) -> dict:
     """Run every policy in the world and in each twin-world on the same seeds; write the outputs.
 
     ``progress(label, done, total)`` after each episode; ``executor``: where episodes run
     (default: serially here; the same results either way); ``mode``: ``new`` needs an absent or
-    empty ``cfg.out``, ``overwrite`` replaces an earlier run there
+    empty ``experiment.out``, ``overwrite`` replaces an earlier run there
     (:func:`twinloop.io.output_folder`). Returns the summary.
     """
     t_start = time.perf_counter()
@@ -317,7 +213,6 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     world = make_world(task, cfg.world, severity=cfg.severity, seed=cfg.experiment.one_world_seed)
     specs = cfg.specs()
     labels = [s.label for s in specs]
-    seeds = cfg.episode_seeds()
     reused = recorded_world(cfg, task, world) if cfg.world_from else None  # refused before any work
     est = estimate_twin(cfg, task, world, log) if any(t != "nominal" for t in cfg.twins) else None
     if est is not None and est.posterior is not None:
@@ -330,12 +225,76 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
     for e in engines:
         sides[f"{base} | {e.label}"] = _world_factories(cfg, est, e)[base]
     jobs = [(side, i) for side in sides for i in range(len(specs))]
-    datasets = {}
-    if cfg.record and reused is None:
-        for i, label in enumerate(labels):
-            datasets[i] = Dataset.create(out / "episodes" / "world" / _folder(label), {"fps": 1.0 / task.control_period, "twinloop": {
-                **recorded_on(task), "controller": label, "world": world.describe(), "seed": cfg.seed,
-                "obs_names": list(task.obs_names), "param_names": task.param_space().names}})
+    datasets = _world_datasets(cfg, task, world, labels, out) if cfg.record and reused is None else {}
+    log(f"{len(specs)} policies x {len(sides)} sides x {cfg.episodes} episodes"
+        + (f" (the world's reused from {cfg.world_from})" if reused is not None else ""))
+    results = _run_sides(cfg, specs, sides, jobs, datasets, progress, executor)
+    per_episode, world_rows = _rows(labels, sides, jobs, results, reused)
+    outcome = {side: np.array([[e["success"] for e in v[lab]] for lab in labels], float)
+               for side, v in per_episode.items()}
+    evaluation = _evaluation(cfg, specs, outcome, base)
+    if reused is not None:
+        evaluation["world_from"] = cfg.world_from
+    if est is not None:
+        evaluation["calibration"] = calibration_record(task, world, est)
+    summary = {
+        **recorded_on(task),
+        "world": world.describe(),
+        "seed": cfg.seed,
+        "episodes": cfg.episodes,
+        "config": config_dict(cfg),
+        # where each setting came from (library, task, recipe, cli; caller: set in code)
+        "config_sources": sources or sources_of(cfg, task_defaults(cfg.experiment.task)),
+        "results": [world_rows[lab] for lab in labels],
+        "per_episode": per_episode,
+        "evaluation": evaluation,
+    }
+    if engines:
+        variants = {e.label: outcome[f"{base} | {e.label}"] for e in engines}
+        evaluation["engines"] = engine_report(cfg, task, specs, outcome["world"], outcome[base], variants,
+                                              datasets, log)
+    summary["wall_time_s"] = time.perf_counter() - t_start
+    write_json(out / "summary.json", summary)
+    plot_evaluation(evaluation, out / "evaluation.png")
+    return summary
+
+
+def _evaluation(cfg: EvaluateConfig, specs, outcome: dict, base: str) -> dict:
+    """How well each twin-world ranks the policies (the headline: ``base``), and each policy's
+    success on every side."""
+    compared = [*(m.partition("=")[0] for m in cfg.models), *cfg.twins]
+    twins = {t: ranking_metrics(outcome[t], outcome["world"], cfg.n_boot, cfg.seed) for t in compared}
+    policies = _policy_rows(cfg, specs, outcome, compared, base)
+    return {"twin": base, **twins[base], "episodes": cfg.episodes, "policies": policies, "twins": twins}
+
+
+def _rows(labels: list[str], sides: dict, jobs: list, results: list, reused: dict | None) -> tuple[dict, dict]:
+    """``(per_episode, world_rows)``: each side's per-episode rows by policy label (the world's
+    reused ones first, if any) and the world's results rows."""
+    per_episode = {"world": {lab: r["episodes"] for lab, r in reused.items()}} if reused is not None else {}
+    per_episode.update({side: {} for side in sides})
+    world_rows = {lab: r["result"] for lab, r in reused.items()} if reused is not None else {}
+    for (side, i), res in zip(jobs, results, strict=True):
+        per_episode[side][labels[i]] = [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
+                                         "ticks": e.ticks} for e in res]
+        if side == "world":
+            world_rows[labels[i]] = summarize(labels[i], res)
+    return per_episode, world_rows
+
+
+def _world_datasets(cfg: EvaluateConfig, task, world, labels: list[str], out: Path) -> dict[int, Dataset]:
+    """A new dataset per policy for its world episodes (``out/episodes/world/<policy>``)."""
+    return {i: Dataset.create(out / "episodes" / "world" / _folder(label), {"fps": 1.0 / task.control_period, "twinloop": {
+        **recorded_on(task), "controller": label, "world": world.describe(), "seed": cfg.seed,
+        "obs_names": list(task.obs_names), "param_names": task.param_space().names}})
+        for i, label in enumerate(labels)}
+
+
+def _run_sides(cfg: EvaluateConfig, specs, sides: dict, jobs: list, datasets: dict, progress,
+               executor: Executor | None) -> list:
+    """Every ``(side, policy)`` job's episodes on the run's seeds; world episodes are written to
+    their policy's dataset as they arrive."""
+    seeds = cfg.episode_seeds()
     batches = [EpisodeBatch(partial(policy_in_world, cfg.task, sides[side], specs[i]), seeds,
                             options={"max_ticks": cfg.max_ticks, "record": cfg.record and side == "world"})
                for side, i in jobs]
@@ -350,57 +309,25 @@ def run_evaluation(cfg: EvaluateConfig, progress=None, log: Callable[[str], None
         if progress is not None:
             progress(side, counts[side], len(seeds) * len(specs))
 
-    log(f"{len(specs)} policies x {len(sides)} sides x {len(seeds)} episodes"
-        + (f" (the world's reused from {cfg.world_from})" if reused is not None else ""))
-    results = (executor or SerialExecutor()).run(batches, on_episode)
-    per_episode = {"world": {lab: r["episodes"] for lab, r in reused.items()}} if reused is not None else {}
-    per_episode.update({side: {} for side in sides})
-    world_rows = {lab: r["result"] for lab, r in reused.items()} if reused is not None else {}
-    for (side, i), res in zip(jobs, results, strict=True):
-        per_episode[side][labels[i]] = [{"seed": e.seed, "success": e.success, "final_error": e.final_error,
-                                         "ticks": e.ticks} for e in res]
-        if side == "world":
-            world_rows[labels[i]] = summarize(labels[i], res)
-    outcome = {side: np.array([[e["success"] for e in v[lab]] for lab in labels], float)
-               for side, v in per_episode.items()}
+    return (executor or SerialExecutor()).run(batches, on_episode)
 
-    compared = [*(m.partition("=")[0] for m in cfg.models), *cfg.twins]
-    twins = {t: ranking_metrics(outcome[t], outcome["world"], cfg.n_boot, cfg.seed) for t in compared}
-    n = len(seeds)
-    policies = []
-    for i, (spec, lab) in enumerate(zip(specs, labels, strict=True)):
+
+def _policy_rows(cfg: EvaluateConfig, specs, outcome: dict, compared: list[str], base: str) -> list[dict]:
+    """Per policy: its success in the world and in each twin-world (Wilson intervals), and the
+    headline twin's error."""
+    n = cfg.episodes
+    rows = []
+    for i, spec in enumerate(specs):
         k_w = int(outcome["world"][i].sum())
-        row = {"name": lab, "spec": cfg.policies[i], "refined": spec.refined,
+        row = {"name": spec.label, "spec": cfg.policies[i], "refined": spec.refined,
                "world_success": k_w / n, "world_ci": list(wilson(k_w, n)), "twins": {}}
         for t in compared:
             k = int(outcome[t][i].sum())
             row["twins"][t] = {"success": k / n, "ci": list(wilson(k, n))}
         row["twin_success"], row["twin_ci"] = row["twins"][base]["success"], row["twins"][base]["ci"]
         row["error"] = row["twin_success"] - row["world_success"]
-        policies.append(row)
-    evaluation = {"twin": base, **twins[base], "episodes": n, "policies": policies, "twins": twins}
-    if reused is not None:
-        evaluation["world_from"] = cfg.world_from
-    if est is not None:
-        evaluation["calibration"] = calibration_record(task, world, est)
-    summary = {
-        **recorded_on(task),
-        "world": world.describe(),
-        "seed": cfg.seed,
-        "episodes": n,
-        "config": config_dict(cfg),
-        "results": [world_rows[lab] for lab in labels],
-        "per_episode": per_episode,
-        "evaluation": evaluation,
-    }
-    if engines:
-        variants = {e.label: outcome[f"{base} | {e.label}"] for e in engines}
-        evaluation["engines"] = engine_report(cfg, task, specs, outcome["world"], outcome[base], variants,
-                                              datasets, log)
-    summary["wall_time_s"] = time.perf_counter() - t_start
-    write_json(out / "summary.json", summary)
-    plot_evaluation(evaluation, out / "evaluation.png")
-    return summary
+        rows.append(row)
+    return rows
 
 
 def calibration_record(task, world, est: TwinEstimate) -> dict:

@@ -26,7 +26,7 @@ from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.errors import TwinloopError, choose
 from twinloop.plan import OPTIMIZER_NAMES, make_optimizer
 from twinloop.policies import check_proposer, make_proposer
-from twinloop.tasks import task_preferences
+from twinloop.tasks import task_defaults
 from twinloop.twin import BACKENDS, make_twin
 
 _REFINER_KEYS = {f.name: f.type for f in fields(RefinerConfig)}
@@ -118,9 +118,10 @@ class PolicySpec:
 
     def make_refiner(self, task, twin) -> Refiner:
         """The refiner this spec plans with in ``twin``: its optimizer (``mppi`` for a spec
-        without one) at ``task``'s sampling noise (:func:`~twinloop.tasks.task_preferences`)."""
-        name, noise = task_preferences(task, self.optimizer or "mppi")
-        return Refiner(task, twin, make_optimizer(name, noise=noise), self.refiner)
+        without one) at ``task``'s sampling noise (its ``planner.noise`` default,
+        :attr:`Task.defaults <twinloop.tasks.Task.defaults>`)."""
+        noise = task_defaults(task).get("planner.noise")
+        return Refiner(task, twin, make_optimizer(self.optimizer or "mppi", noise=noise), self.refiner)
 
 
 def policy_controller(task, spec: PolicySpec) -> Controller:

@@ -40,13 +40,13 @@ from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import output_folder, read_json, write_json
 from twinloop.plan import OPTIMIZERS, make_optimizer
 from twinloop.policies import make_proposer
-from twinloop.run.build import planner_twin
-from twinloop.run.config import composed, config_dict
+from twinloop.run.build import planner_twin, refiner_twin
+from twinloop.run.config import composed, config_dict, sources_of
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import summarize, write_partial
 from twinloop.run.sections import ExperimentConfig, PlannerConfig
 from twinloop.stats import wilson
-from twinloop.tasks import make_task
+from twinloop.tasks import make_task, task_defaults
 from twinloop.twin import make_twin
 from twinloop.viz.plots import plot_curves
 from twinloop.worlds.shifted import ShiftedWorld
@@ -176,10 +176,11 @@ class RSRLoop:
     """
 
     def __init__(self, config: RSRConfig, out: str | os.PathLike, world=None, mode: str = "new",
-                 executor: Executor | None = None):
+                 executor: Executor | None = None, sources: dict[str, str] | None = None):
         if not isinstance(config, RSRConfig):
             raise TwinloopError(f"config must be an RSRConfig, got {type(config).__name__}")
         self.cfg = config
+        self.sources = sources or sources_of(config, task_defaults(config.task))
         # before any long work: a folder that is fresh, or an earlier run resumed explicitly
         self.out = output_folder(out, mode, resumable=True)
         self._load_state()  # a damaged or foreign state fails now, not after the first round
@@ -194,6 +195,8 @@ class RSRLoop:
             names = list(getattr(self.world, "param_space", self.task.param_space()).names)
             self.truth = np.array([hidden[names.index(n)] for n in self.space.names])
         self.twin = make_twin("mujoco", self.task.model, self.space)  # calibrated and measured: the scene's step
+        p = config.planner  # the collecting controller's coarser twin, checked once as `twinloop run` checks it
+        refiner_twin(self.task, p.backend, p.twin_timestep, p.refiner.horizon, config.seed)
 
     # -- pieces ---------------------------------------------------------------------------------
 
@@ -337,6 +340,7 @@ class RSRLoop:
             "rounds": [{k: r[k] for k in ("round", "gap", "gap_ci", "param_error", "success_rate",
                                            "success_ci", "gap_metric", "estimate") if k in r} for r in done],
             "config": config_dict(cfg),
+            "config_sources": self.sources,
             "params": self.space.names,
             "truth": None if self.truth is None else dict(zip(self.space.names, map(float, self.truth), strict=True)),
             "posterior": None if post is None else post.to_dict(),
@@ -356,10 +360,10 @@ def plot_rsr(rounds: list[dict], path: Path) -> Path:
 
 
 def run_rsr(config: RSRConfig, out: str | os.PathLike, world=None, progress=None, log=None,
-            mode: str = "new", executor: Executor | None = None) -> RSRResult:
+            mode: str = "new", executor: Executor | None = None, sources: dict[str, str] | None = None) -> RSRResult:
     """Run an RSR loop in ``out`` (``mode="resume"`` continues the run there; see
     :func:`twinloop.io.output_folder`); see the module docstring."""
-    return RSRLoop(config, out, world, mode, executor).run(progress=progress, log=log)
+    return RSRLoop(config, out, world, mode, executor, sources).run(progress=progress, log=log)
 
 
 def rsr_table(summary: dict):

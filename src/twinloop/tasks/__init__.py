@@ -78,15 +78,6 @@ def task_defaults(task: str | Task) -> Mapping[str, object]:
     return getattr(kind, "defaults", Task.defaults)
 
 
-def task_preferences(task: str | Task, optimizer: str | None = None,
-                     noise: float | None = None) -> tuple[str, float | None]:
-    """``(optimizer, sampling noise)`` a refiner on ``task`` uses: those given, else the task's
-    defaults (``planner.optimizer``, ``planner.noise``; noise ``None`` = the optimizer's own)."""
-    d = task_defaults(task)
-    return (optimizer or d.get("planner.optimizer", "mppi"),
-            noise if noise is not None else d.get("planner.noise"))
-
-
 def make_task(name: str, **kw) -> Task:
     """A task by registry name (see :data:`TASKS`)."""
     factory = task_factory(name)
@@ -101,4 +92,4 @@ def make_task(name: str, **kw) -> Task:
 
 
 __all__ = ["TASKS", "Residual", "SceneTask", "Task", "Traj", "check_task", "make_task", "register_task",
-           "task_defaults", "task_factory", "task_preferences"]
+           "task_defaults", "task_factory"]

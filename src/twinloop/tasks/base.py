@@ -439,14 +439,15 @@ class SceneTask(Task):
         error: ``f((..., nq) qpos) -> (...)`` distance to the goal.
         tolerance: success threshold on ``error``.
         success: optional ``f((nq,) qpos) -> bool`` replacing the threshold test.
-        name, control_period, horizon, max_ticks, cost_stride, success_dwell: as the class
-            attributes.
+        name, control_period, max_ticks, cost_stride, success_dwell: as the class attributes.
+        horizon: the task's default planning horizon (s): its ``planner.refiner.horizon``
+            default (:attr:`Task.defaults`).
         start_noise: half-width of the uniform noise added to the start ``qpos``.
     """
 
     def __init__(self, xml, residuals: Sequence[Residual], error: Callable[[np.ndarray], np.ndarray],
                  tolerance: float = 0.0, success: Callable[[np.ndarray], bool] | None = None, *,
-                 name: str = "scene", control_period: float = 0.05, horizon: float = 0.5,
+                 name: str = "scene", control_period: float = 0.05, horizon: float = 1.0,
                  max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0,
                  success_dwell: float = Task.success_dwell):
         self.xml = str(Path(xml).resolve())
