@@ -17,7 +17,7 @@ from twinloop.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-TUTORIALS = sorted((DOCS / "tutorials").glob("*.md"))
+TUTORIALS = sorted((DOCS / "tutorials").glob("*.md")) + [DOCS / "interfaces.md", DOCS / "getting-started.md"]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 
 
@@ -42,7 +42,7 @@ def test_version_prints_the_installed_package_version():
 
 @pytest.mark.parametrize("page", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_code_runs(page, tmp_path, monkeypatch):
-    """Every ```python block of a tutorial runs, in order, in one namespace, in a fresh folder."""
+    """Every ```python block of a tutorial (and of the interfaces and getting-started pages) runs, in order, in one namespace, in a fresh folder."""
     code = blocks(page, "python")
     if page.stem == "index":
         assert not code, "the tutorials' index holds no code"
