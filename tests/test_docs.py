@@ -135,3 +135,15 @@ def test_readme_is_a_door():
         path = (ROOT / target).resolve()
         assert path.is_relative_to(ROOT), f"README links outside the repository: {target}"
         assert path.exists(), f"README links a missing file: {target}"
+
+
+def test_readme_and_site_home_link_each_main_use_directly():
+    """Run a task, add a task, calibrate, evaluate, distill, connect a robot: one link from the
+    README and from the site's home page to the page that shows how."""
+    uses = ["getting-started.md", "tutorials/custom-task.md", "tutorials/calibrate.md",
+            "tutorials/evaluate.md", "tutorials/distill.md", "tutorials/connect-a-robot.md"]
+    readme = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())}
+    home = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", (DOCS / "index.md").read_text())}
+    for use in uses:
+        assert f"docs/{use}" in readme, f"README does not link {use}"
+        assert use in home, f"docs/index.md does not link {use}"
