@@ -94,7 +94,7 @@ class ArmTask(Task):
     # The refined plan is sent whenever the refiner chose it (accept "always"): in the shifted
     # world of world seed 0 the library's robust rule (the refined plan must win under 6 of 8
     # parameter particles) sent push-upright's scripted base where refinement had lifted it,
-    # 10/20 refined against 19/20 (results/defaults-table.rule.txt).
+    # 10/20 refined against 19/20 (results/tables/defaults-table.rule.txt).
     defaults = MappingProxyType({**Task.defaults, "planner.optimizer": "predictive", "planner.noise": 0.05,
                                  "planner.refiner.accept": "always"})
 
