@@ -1,7 +1,7 @@
 """Every task with its defaults, as a user types it: base vs refined, one world and two world
 distributions no setting was tuned on.
 
-    python benchmarks/defaults_table.py [--tasks push-t,cloth-fold] [--episodes 20] [--out results/defaults-table.json]
+    python benchmarks/defaults_table.py [--tasks push-t,cloth-fold] [--episodes 20] [--out results/tables/defaults-table.json]
 
 Rows: ``twinloop run --task T --world shifted --episodes N`` (world seed 0) and the same with
 ``--world-per-episode --seed S`` for S = 1, 2 (each episode in its own shifted world). Only
@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--worlds", default=",".join(WORLDS), help="comma-separated keys of WORLDS")
     ap.add_argument("--episodes", type=int, default=20)
-    ap.add_argument("--out", default="results/defaults-table.json")
+    ap.add_argument("--out", default="results/tables/defaults-table.json")
     args = ap.parse_args(argv)
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.exists() else {}

@@ -17,7 +17,7 @@ from twinloop.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-TUTORIALS = sorted((DOCS / "tutorials").glob("*.md"))
+TUTORIALS = sorted((DOCS / "tutorials").glob("*.md")) + [DOCS / "interfaces.md", DOCS / "getting-started.md"]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 
 
@@ -42,7 +42,7 @@ def test_version_prints_the_installed_package_version():
 
 @pytest.mark.parametrize("page", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_code_runs(page, tmp_path, monkeypatch):
-    """Every ```python block of a tutorial runs, in order, in one namespace, in a fresh folder."""
+    """Every ```python block of a tutorial (and of the interfaces and getting-started pages) runs, in order, in one namespace, in a fresh folder."""
     code = blocks(page, "python")
     if page.stem == "index":
         assert not code, "the tutorials' index holds no code"
@@ -83,7 +83,7 @@ def test_documented_commands_parse_with_the_current_cli():
     options that exist (parsed, not run)."""
     root = typer.main.get_command(app)
     pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
-    checked = 0
+    checked, failures = 0, []
     for page in pages:
         for line in _twinloop_lines(page.read_text()):
             args = shlex.split(line)[1:]
@@ -93,12 +93,13 @@ def test_documented_commands_parse_with_the_current_cli():
             while getattr(command, "commands", None) and args and args[0] in command.commands:
                 name, command = f"{name} {args[0]}", command.commands[args[0]]
                 args = args[1:]
-            assert command is not root, f"{page.name}: {line!r} names no command"
             try:
+                assert command is not root, "names no command"
                 command.make_context(name, list(args))
             except Exception as exc:  # click's usage errors
-                pytest.fail(f"{page.relative_to(ROOT)}: {line!r} does not parse: {exc}")
+                failures.append(f"{page.relative_to(ROOT)}: {line!r}: {exc}")
             checked += 1
+    assert not failures, "documented commands that do not parse:\n" + "\n".join(failures)
     assert checked >= 10
 
 
@@ -135,3 +136,15 @@ def test_readme_is_a_door():
         path = (ROOT / target).resolve()
         assert path.is_relative_to(ROOT), f"README links outside the repository: {target}"
         assert path.exists(), f"README links a missing file: {target}"
+
+
+def test_readme_and_site_home_link_each_main_use_directly():
+    """Run a task, add a task, calibrate, evaluate, distill, connect a robot: one link from the
+    README and from the site's home page to the page that shows how."""
+    uses = ["getting-started.md", "tutorials/custom-task.md", "tutorials/calibrate.md",
+            "tutorials/evaluate.md", "tutorials/distill.md", "tutorials/connect-a-robot.md"]
+    readme = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())}
+    home = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", (DOCS / "index.md").read_text())}
+    for use in uses:
+        assert f"docs/{use}" in readme, f"README does not link {use}"
+        assert use in home, f"docs/index.md does not link {use}"
