@@ -497,4 +497,3 @@ class SceneTask(Task):
         if self._success is not None:
             return bool(self._success(q))
         return bool(self.error(q) <= self.tolerance)
-
