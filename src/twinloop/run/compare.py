@@ -51,8 +51,8 @@ from twinloop.worlds import (
     SimWorld,
     make_world,
     resolve_world,
+    world_type,
 )
-from twinloop.worlds.shifted import nominal_counterpart
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ class RunConfig:
                                                             high=self.refiner.num_samples - 2, integer=True))
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
-            if self.world not in ("nominal", "shifted"):
+            if world_type(self.world).counterpart is None:
                 raise TwinloopError(f"monitor={self.monitor!r}: the threshold is calibrated in the nominal counterpart "
                                     f"of a simulated world (nominal, shifted); world {self.world!r} has none")
             if self.realtime:
@@ -274,7 +274,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     ``world_per_episode`` a :class:`~twinloop.worlds.PerEpisodeWorld`. ``check_twin``: check a
     coarser twin timestep once (the driver does; the workers building the same twin need not)."""
     task = make_task(cfg.task)
-    sim = cfg.world in ("nominal", "shifted")
+    sim = world_type(cfg.world).adjustable_period
     period = None
     if cfg.realtime and sim:
         period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
@@ -395,8 +395,9 @@ def calibrate_monitor(cfg: RunConfig, task, proposer, refiner, period: float) ->
     calibrate the monitor on them (:meth:`GapMonitor.from_nominal`). Returns the monitor's
     ``(error, threshold)`` (see :func:`controller_in_world`) and what ``summary.json`` says
     about it."""
-    severity = cfg.severity if cfg.world == "shifted" else 0
-    world = nominal_counterpart(task, severity, period)
+    kind = world_type(cfg.world)
+    severity = cfg.severity if kind.has_hidden_params else 0  # the shift whose noise and delay it mirrors
+    world = kind.counterpart(task, severity, period)
     ctl = Controller(refiner, proposer)
     ticks = cfg.max_ticks or task.max_ticks
     trajs = []
