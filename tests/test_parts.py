@@ -193,3 +193,19 @@ def test_bad_acceptance_settings_are_refused():
         RefinerConfig(accept_factor=-1)
     with pytest.raises(TwinloopError, match="accept='trusted' .* cannot run in real time"):
         RunConfig(task="block-push", realtime=True, refiner=RefinerConfig(accept="trusted"))
+
+
+def test_which_plan_was_sent_and_why_reaches_the_recorded_episode(task, twin, tmp_path):
+    from twinloop.data import Dataset
+    from twinloop.run.experiment import run_episode
+
+    world = SimWorld(task)
+    hook = TrustedAcceptance()
+    ctl = Controller(refiner(task, twin), StraightAtTheGoal(task), estimator=Oracle(world), hooks=[hook])
+    res = run_episode(world, ctl, 3, max_ticks=4)
+    ds = Dataset.create(tmp_path / "ds", {"fps": 1 / task.control_period, "task": task.name})
+    ds.write(res.recorder)
+    ep = Dataset(tmp_path / "ds").read(0)
+    assert len(ep.refine["accept"]) == 4 and ep.refine["accept"][0] == "refined"
+    plain = run_episode(world, Controller(refiner(task, twin), StraightAtTheGoal(task)), 3, max_ticks=2)
+    assert "refine.accept" not in plain.recorder.to_table().column_names  # no rule, no column

@@ -150,6 +150,8 @@ class TrustedAcceptance(TickHook):
         self._plan = base
 
     def sent(self, state: np.ndarray, tick) -> None:
+        if not tick.accept:  # not refined this tick: the proposer alone (a monitor's fallback)
+            tick.accept = "base: not refined"
         plan = tick.plan if tick.plan is not None else self._plan
         if plan is None:
             return
