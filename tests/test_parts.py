@@ -209,3 +209,17 @@ def test_which_plan_was_sent_and_why_reaches_the_recorded_episode(task, twin, tm
     assert len(ep.refine["accept"]) == 4 and ep.refine["accept"][0] == "refined"
     plain = run_episode(world, Controller(refiner(task, twin), StraightAtTheGoal(task)), 3, max_ticks=2)
     assert "refine.accept" not in plain.recorder.to_table().column_names  # no rule, no column
+
+
+def test_the_twins_prediction_runs_behind_the_actuation_delay_line(task, twin):
+    from twinloop.worlds import TwinWorld
+
+    world = TwinWorld(task, delay_steps=6)  # 6 physics steps late, as the refiner knows
+    hook = TrustedAcceptance()
+    ref = refiner(task, twin, actuation_delay=6 * task.model.opt.timestep)
+    ctl = Controller(ref, StraightAtTheGoal(task), estimator=Oracle(world), hooks=[hook])
+    obs = world.reset(3)
+    ctl.reset(3)
+    for _ in range(6):
+        obs, _ = world.step(ctl.act(obs))
+    assert len(hook.errors) == 5 and max(hook.errors) < 1e-6
