@@ -186,6 +186,17 @@ def test_trusted_acceptance_is_chosen_by_the_refiner_config_and_off_by_default()
     assert sum(stats["accept"].values()) == 3 and stats["twin_cost_error"] >= 0
 
 
+def test_a_runs_summary_says_per_episode_how_often_each_plan_was_sent(tmp_path):
+    from twinloop.run.compare import run_comparison
+
+    cfg = RunConfig(task="block-push", episodes=1, max_ticks=3, video=False, record=False, out=str(tmp_path / "run"),
+                    refiner=RefinerConfig(num_samples=8, horizon=0.5, accept="trusted"))
+    s = run_comparison(cfg, log=lambda *_: None)
+    (row,) = s["per_episode"]["refined"]
+    assert sum(row["accept"].values()) == 3 and row["twin_cost_error"] >= 0
+    assert "accept" not in s["per_episode"]["base"][0]
+
+
 def test_bad_acceptance_settings_are_refused():
     with pytest.raises(TwinloopError, match="unknown accept 'sometimes'; choose one of: always, trusted"):
         RefinerConfig(accept="sometimes")

@@ -533,7 +533,8 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         "world_per_episode": cfg.world_per_episode,
         "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
                              "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
-                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits", "peak_body_speed", "peak_body")
+                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits", "accept", "twin_cost_error",
+                                                        "peak_body_speed", "peak_body")
                                 if s in e.stats}}
                             for e in v] for k, v in all_eps.items()},
     }
