@@ -23,7 +23,7 @@ import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import ParamSpace
-from twinloop.twin.base import Rollouts
+from twinloop.rollouts import Rollouts
 
 
 @dataclass(frozen=True)
