@@ -60,7 +60,7 @@ from twinloop.twin import make_twin
 from twinloop.params import Param, ParamSpace
 from twinloop.plan import MPPI, CEM, BestOfN, PredictiveSampling, make_optimizer, aggregate
 from twinloop.plan.spline import PlanSpec
-from twinloop.control import Refiner, RefinerConfig, Controller
+from twinloop.control import Refiner, RefinerConfig, Controller, ProposerSamples
 from twinloop.worlds import SimWorld, make_world
 from twinloop.worlds.shifted import ShiftedWorld
 from twinloop.data import Dataset, EpisodeRecorder, load_lerobot, check as check_dataset
@@ -332,7 +332,7 @@ def control_probes():
         "plan from nan actions": f"{ref}.plan_from_actions(np.full((5, 2), np.nan))",
         "plan from wrong nu": f"{ref}.plan_from_actions(np.zeros((5, 3)))",
         "controller proposer str": f"Controller({ref}, proposer='scripted')",
-        "controller samples -1": f"Controller({ref}, proposal_samples=-1)",
+        "controller samples -1": "ProposerSamples(BP.default_proposer(), -1)",
         "controller no refine no proposer": f"Controller({ref}, refine=False)",
         "aggregate bad risk": "aggregate(np.zeros((2, 3)), np.ones((2, 3), bool), 'median')",
         "aggregate alpha nan": "aggregate(np.zeros((2, 3)), np.ones((2, 3), bool), 'cvar', float('nan'))",

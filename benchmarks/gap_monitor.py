@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from twinloop.calib import GapMonitor, MonitorConfig, record_trajectory
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, GapWatch, Refiner, RefinerConfig
 from twinloop.plan import make_optimizer
 from twinloop.run.compare import RunConfig, episode_seeds
 from twinloop.run.experiment import run_episode
@@ -35,7 +35,7 @@ def arm(task, world, monitor_cfg, threshold_eps, seeds, change_at) -> dict:
     twin = make_twin("mujoco", task.model, task.param_space())
     monitor = GapMonitor.from_nominal(task, twin, threshold_eps, monitor_cfg)
     refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=64, horizon=1.0))
-    ctl = Controller(refiner, task.default_proposer(), monitor=monitor)
+    ctl = Controller(refiner, task.default_proposer(), hooks=[GapWatch(monitor)])
     rows = []
     for s in seeds:
         r = run_episode(world, ctl, s, record=False)

@@ -97,11 +97,28 @@ def test_robust_acceptance_particles_are_seeded_per_episode(task):
     assert not np.array_equal(a, hook.params)
 
 
+def test_robust_acceptance_is_the_default_and_does_not_apply_in_real_time(task):
+    from twinloop.control import AsyncController
+    from twinloop.run.compare import RunConfig, controller_in_world
+
+    cfg = RunConfig(task="block-push", video=False, record=False)
+    (hook,) = controller_in_world(cfg, "refined")[1].hooks
+    assert isinstance(hook, RobustAcceptance) and (hook.n, hook.quantile) == (8, 0.75)
+    assert controller_in_world(cfg, "base")[1].hooks == ()
+    _, rt = controller_in_world(RunConfig(task="block-push", video=False, record=False, realtime=True), "refined")
+    assert isinstance(rt, AsyncController)
+
+
 def test_robust_acceptance_on_the_real_twin_records_a_verdict_every_tick(task):
     ctl = _controller(task, acceptance_hooks(RefinerConfig(accept="robust", accept_particles=3)))
     infos = _run(ctl, ticks=3)
     assert all(t.accept == "refined" or t.accept.startswith("base: refined wins under") for t in infos)
-    assert all(t.optimizer_info["accept"] == t.accept for t in infos)
+    from twinloop.data.episodes import ACCEPT, EpisodeRecorder
+
+    rec = EpisodeRecorder.for_task(ctl.task, 0)
+    for i, t in enumerate(infos):
+        rec.add(0.1 * i, np.zeros(len(ctl.task.obs_names)), t.action, tick=t)
+    assert rec.to_table().column(ACCEPT).to_pylist() == [t.accept for t in infos]
 
 
 @pytest.mark.parametrize("kw, message", [

@@ -530,3 +530,36 @@ def test_a_bad_speed_bound_is_refused(bound):
     task = type("Bad", (BlockPush,), {"max_body_speed": bound})()
     with pytest.raises(TwinloopError, match="block-push.*max_body_speed .*must be a finite number > 0"):
         SimWorld(task)
+
+
+# -- capabilities: what a run checks instead of a world's name ----------------------------------
+
+
+def test_each_registered_world_declares_what_it_can_do():
+    from twinloop.worlds import world_type
+
+    caps = ("simulated", "adjustable_period", "has_hidden_params", "keeps_clock", "remote", "records_twin_state")
+    got = {n: tuple(n_ for n_ in caps if getattr(world_type(n), n_)) for n in ("nominal", "shifted", "changing", "gym")}
+    assert got == {"nominal": ("simulated", "adjustable_period", "records_twin_state"),
+                   "shifted": ("simulated", "adjustable_period", "has_hidden_params", "records_twin_state"),
+                   "changing": ("simulated", "has_hidden_params", "records_twin_state"), "gym": ()}
+    assert world_type("remote:localhost:1").remote and world_type("gym:CartPole-v1") is GymWorld
+    assert world_type("changing").counterpart is None and world_type("bullet").counterpart is None
+    with pytest.raises(TwinloopError, match="unknown world 'mars'"):
+        world_type("mars")
+
+
+def test_a_worlds_nominal_counterpart_keeps_its_noise_and_drops_its_hidden_physics():
+    from twinloop.worlds import world_type
+
+    task = make_task("block-push")
+    shifted = ShiftedWorld(task, severity=2, seed=0)
+    twin_like = world_type("shifted").counterpart(task, 2, None)
+    assert twin_like.obs_noise.tolist() == shifted.obs_noise.tolist()
+    np.testing.assert_allclose(twin_like.params, task.param_space().nominal)
+    plain = world_type("nominal").counterpart(task, 3, None)  # severity is a shifted world's: none here
+    assert not np.any(plain.obs_noise) and plain.delay_steps == 0
+    from twinloop.run.compare import RunConfig
+
+    with pytest.raises(TwinloopError, match="world 'changing' has none"):
+        RunConfig(task="block-push", world="changing", monitor="flag")

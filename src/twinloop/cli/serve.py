@@ -10,7 +10,7 @@ import typer
 from twinloop.cli.common import console, guard, one_of
 from twinloop.errors import TwinloopError
 from twinloop.tasks import TASKS, make_task
-from twinloop.worlds import WORLDS, GymWorld, RealtimeWorld, make_world
+from twinloop.worlds import WORLDS, GymWorld, RealtimeWorld, make_world, world_type
 
 
 def _function(path: str):
@@ -42,7 +42,8 @@ def serve_world(
 
     if task:
         t = make_task(task)
-        period = (1.0 / rate if rate else t.control_period / 10) if realtime and world in ("nominal", "shifted") else None
+        fine = world_type(world).adjustable_period
+        period = (1.0 / rate if rate else t.control_period / 10) if realtime and fine else None
         w = make_world(t, world, severity=severity, seed=seed, period=period)
     elif world.startswith("gym:"):
         w = GymWorld(world[4:], obs_from_env=_function(obs_map) if obs_map else None)
@@ -51,7 +52,7 @@ def serve_world(
     if realtime:
         if w.task is None:
             raise TwinloopError("a real-time world needs --task (its hold action)")
-        w = RealtimeWorld(w, rate=rate if rate and world not in ("nominal", "shifted") else None)
+        w = RealtimeWorld(w, rate=rate if rate and not world_type(world).adjustable_period else None)
     server = WorldServer(w, host=host, port=port, token=token or None)
     console.print(f"twinloop serve-world: listening on {server.address}", highlight=False, soft_wrap=True)
     try:

@@ -82,7 +82,8 @@ class TrustedAcceptance(TickHook):
     """Send the refined plan only where the twin's predicted advantage exceeds its known error.
 
     Each tick ``t`` the twin's prediction of this tick's state (made at ``t - 1`` from the state
-    then and the action sent) is compared with the state now estimated, in cost units: the
+    then and the action sent, behind the actuation delay line if any; the first parameter
+    particle) is compared with the state now estimated, in cost units: the
     cost ``J`` of the plan under way (the last plan sent, shifted a tick) rolled out from the
     predicted state and from the estimated one::
 
@@ -110,7 +111,7 @@ class TrustedAcceptance(TickHook):
     def reset(self, seed: int | None = None) -> None:
         self.errors: deque = deque(maxlen=self.window)
         self._predicted = None  # (predicted state, plan under way) for the next tick
-        self._plan = None
+        self._plan = self._line = None
         self.counts = {"refined": 0, "base": 0}
 
     @property
@@ -124,6 +125,7 @@ class TrustedAcceptance(TickHook):
         return float(c[0])
 
     def begin(self, state: np.ndarray) -> str:
+        self._line = self.controller.delay_line  # before this tick's action joins it
         if self._predicted is not None:
             predicted, plan = self._predicted
             e = abs(self._cost(predicted, plan) - self._cost(state, plan))
@@ -133,11 +135,6 @@ class TrustedAcceptance(TickHook):
         return ""
 
     def decide(self, tick, batch: Batch) -> None:
-        self._decide(tick, batch)
-        # per tick in the recorded episode (refine.optimizer_info): which plan was sent and why
-        tick.optimizer_info = {**tick.optimizer_info, "accept": tick.accept}
-
-    def _decide(self, tick, batch: Batch) -> None:
         self._plan = tick.plan
         if tick.fallback or batch.prior is None or not np.isfinite(tick.prior_cost):
             tick.accept = "fallback" if tick.fallback else "refined: no base proposal"
@@ -155,11 +152,16 @@ class TrustedAcceptance(TickHook):
         self._plan = base
 
     def sent(self, state: np.ndarray, tick) -> None:
+        if not tick.accept:  # not refined this tick: the proposer alone (a monitor's fallback)
+            tick.accept = "base: not refined"
         plan = tick.plan if tick.plan is not None else self._plan
         if plan is None:
             return
-        r = self.refiner.twin.rollout(state, np.repeat(tick.action[None], self.refiner.spec.substeps, axis=0),
-                                      None if self.refiner.params is None else self.refiner.params[:1])
+        ctrl = np.repeat(np.asarray(tick.action, dtype=float)[None], self.refiner.spec.substeps, axis=0)
+        if self.refiner.delay_steps:  # what reaches the actuators this tick: the line first
+            ctrl = np.concatenate([self.refiner.in_flight(state, self._line), ctrl])[: len(ctrl)]
+        params = None if self.refiner.params is None else self.refiner.params[:1]
+        r = self.refiner.twin.rollout(state, ctrl, params)
         if r.ok[0, 0]:
             m = self.refiner.task.model
             nxt = np.concatenate([r.qpos[0, 0, -1], r.qvel[0, 0, -1], state[m.nq + m.nv:]])
@@ -228,7 +230,6 @@ class RobustAcceptance(TickHook):
                 tick.plan, tick.action, tick.cost = base, base.first_action(), tick.prior_cost
                 tick.accept = f"base: refined wins under {wins} of {self.n} parameter particles"
                 self.counts["base"] += 1
-        tick.optimizer_info = {**tick.optimizer_info, "accept": tick.accept}
 
     def report(self) -> dict:
         """How many ticks sent the refined plan and the base one."""

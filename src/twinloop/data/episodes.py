@@ -24,6 +24,9 @@ refine.*            see below      cost, prior_cost, seconds (float64), iteratio
 refine.optimizer_info  string      JSON object: what the optimizer reported that tick
                                    (e.g. a language model's calls, tokens, seconds, and
                                    why its plans were not used); ``{}`` when nothing
+refine.accept       string         which plan was sent and why (``refined``, ``base:
+                                   advantage ... < twin error ...``): only from a
+                                   controller with an acceptance rule (absent otherwise)
 refine.plan         list<float64>  the refined plan's per-tick actions ``(H, nu)``,
                                    flattened: the chunk a distilled policy imitates
                                    (absent if not recorded)
@@ -56,6 +59,8 @@ TWIN_QPOS, TWIN_QVEL, WORLD_QPOS, WORLD_QVEL = "twin.qpos", "twin.qvel", "world.
 REFINE_FIELDS: dict[str, type] = {"cost": float, "prior_cost": float, "iterations": int,
                                   "seconds": float, "fallback": bool, "n_unstable": int}
 OPTIMIZER_INFO = "refine.optimizer_info"  # TickInfo.optimizer_info as JSON text
+#: TickInfo.accept (which plan was sent and why), where an acceptance rule decided
+ACCEPT = "refine.accept"
 PLAN = "refine.plan"  # the tick's refined plan, (H, nu) actions flattened
 REQUIRED = (OBS, ACTION, TIMESTAMP, FRAME, EPISODE, INDEX, TASK, REWARD, DONE, SUCCESS, COST)
 
@@ -100,6 +105,7 @@ class EpisodeRecorder:
         self._vec: dict[str, list[np.ndarray]] = {}  # column -> per-frame vectors
         self._refine: dict[str, list] = {k: [] for k in REFINE_FIELDS}
         self._optimizer_info: list[str] = []
+        self._accept: list[str] = []
         self._success: bool | None = None
         self.task: str | None = None  # the task and scene recorded on (see for_task), if known
         self.scene: str | None = None
@@ -177,6 +183,7 @@ class EpisodeRecorder:
         for k, v in refine.items():
             self._refine[k].append(v)
         self._optimizer_info.append(opt_info)
+        self._accept.append(str(getattr(tick, "accept", "") or ""))
 
     def _split_state(self, state, frame: int):
         if state is None:
@@ -252,6 +259,8 @@ class EpisodeRecorder:
             dtype = {float: np.float64, int: np.int64, bool: np.bool_}[typ]
             cols[f"refine.{k}"] = pa.array(np.asarray(self._refine[k], dtype))
         cols[OPTIMIZER_INFO] = pa.array(self._optimizer_info, pa.string())
+        if any(self._accept):  # only a controller with an acceptance rule says
+            cols[ACCEPT] = pa.array(self._accept, pa.string())
         return pa.table(cols)
 
 
@@ -279,7 +288,7 @@ class Episode:
         costs: ``(T,)`` task cost per frame (``nan`` where unknown).
         success: the episode's outcome (``None`` when the source does not say).
         refine: ``refine.*`` columns by name (``(T,)`` arrays; ``optimizer_info`` is a list of
-            T dicts; empty for foreign data).
+            T dicts, ``accept`` of T strings; empty for foreign data).
         task_index: index of the task.
         plans: ``(T, H, nu)`` refined plans (``refine.plan``), or ``None``.
         task: the name of the task it was recorded on, or ``None`` when its source does not
@@ -397,6 +406,8 @@ def _episode_from_table(table: pa.Table, cols: Mapping[str, str], where: str, *,
             c = f"refine.{k}"
             if c in has:
                 ref[k] = _scalar(table, c, where, {float: np.float64, int: np.int64, bool: np.bool_}[typ])
+        if ACCEPT in has:
+            ref["accept"] = [str(a) for a in table.column(ACCEPT).to_pylist()]
         if OPTIMIZER_INFO in has:
             try:
                 ref["optimizer_info"] = [json.loads(t) for t in table.column(OPTIMIZER_INFO).to_pylist()]

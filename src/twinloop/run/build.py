@@ -25,8 +25,7 @@ from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
-from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world
-from twinloop.worlds.shifted import nominal_counterpart
+from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world, world_type
 
 if TYPE_CHECKING:
     from twinloop.run.compare import RunConfig
@@ -38,7 +37,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     ``world_per_episode`` a :class:`~twinloop.worlds.PerEpisodeWorld`. ``check_twin``: check a
     coarser twin timestep once (the driver does; the workers building the same twin need not)."""
     task = make_task(cfg.experiment.task)
-    sim = cfg.experiment.world in ("nominal", "shifted")
+    sim = world_type(cfg.experiment.world).adjustable_period
     period = None
     if cfg.realtime and sim:
         period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
@@ -180,8 +179,9 @@ def monitor_world(cfg: RunConfig, task, period: float, world=None):
     twin's own scene with the world's observation noise where it declares one (``obs_noise``):
     what a gymnasium env, another engine or a robot hides is unknown, and reads as gap."""
     e = cfg.experiment
-    if e.world in ("shifted", "nominal"):
-        return nominal_counterpart(task, e.severity if e.world == "shifted" else 0, period)
+    kind = world_type(e.world)
+    if kind.counterpart is not None:  # the shift whose noise and delay it mirrors
+        return kind.counterpart(task, e.severity if kind.has_hidden_params else 0, period)
     return TwinWorld(task, obs_noise=getattr(world, "obs_noise", None), period=period)
 
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import ParamSpace
+from twinloop.rollouts import Rollouts
 from twinloop.tasks.checks import check_keyframe
-from twinloop.twin.base import Rollouts
 
 
 @dataclass(frozen=True)

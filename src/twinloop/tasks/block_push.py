@@ -15,9 +15,9 @@ import numpy as np
 
 from twinloop.errors import as_array, choose
 from twinloop.params import Param, ParamSpace
-from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
 from twinloop.tasks.planar import CONTACTS, PUSHERS, edit_pusher_scene, on_floor, rotate, wrap
+from twinloop.tasks.scripted import PointPusher, ScriptedConfig, pusher_excitation
 
 
 def _yaw_residual(yaw: np.ndarray, goal: float, symmetry: int) -> np.ndarray:

@@ -23,9 +23,9 @@ import numpy as np
 
 from twinloop.errors import as_array
 from twinloop.params import Param, ParamSpace
-from twinloop.policies.scripted import walk
 from twinloop.tasks.arm import N_ARM_Q, ArmTask, quat_axis, quat_tilt
 from twinloop.tasks.base import Residual, Traj
+from twinloop.tasks.scripted import walk
 
 PEG = slice(N_ARM_Q, N_ARM_Q + 3)
 QUAT = slice(N_ARM_Q + 3, N_ARM_Q + 7)

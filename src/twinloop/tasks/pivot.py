@@ -24,9 +24,9 @@ import numpy as np
 
 from twinloop.errors import as_array
 from twinloop.params import Param, ParamSpace
-from twinloop.policies.scripted import walk
 from twinloop.tasks.arm import N_ARM_Q, ArmTask, quat_axis, yaw_quat
 from twinloop.tasks.base import Residual, Traj
+from twinloop.tasks.scripted import walk
 
 BOX = slice(N_ARM_Q, N_ARM_Q + 3)
 QUAT = slice(N_ARM_Q + 3, N_ARM_Q + 7)

@@ -37,9 +37,9 @@ from shapely.geometry import Polygon, box
 
 from twinloop.errors import TwinloopError, as_array, choose, number
 from twinloop.params import Param, ParamSpace
-from twinloop.policies.scripted import PointPusher, ScriptedConfig, pusher_excitation
 from twinloop.tasks.base import Residual, Task, Traj
 from twinloop.tasks.planar import CONTACTS, PUSHERS, edit_pusher_scene, on_floor, rotate, wrap
+from twinloop.tasks.scripted import PointPusher, ScriptedConfig, pusher_excitation
 
 # the T in its own frame (m): (centre x, centre y, half width, half height) of bar and stem
 BAR = (0.0, 0.015, 0.060, 0.015)

@@ -26,11 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from twinloop.params import Param, ParamSpace
-from twinloop.policies.scripted import ScriptedConfig
 from twinloop.tasks.arm import N_ARM_Q, ArmTask, quat_axis, quat_tilt, quat_yaw, yaw_quat
 from twinloop.tasks.base import Residual, Traj
 from twinloop.tasks.block_push import ScriptedBlockPush
 from twinloop.tasks.planar import wrap
+from twinloop.tasks.scripted import ScriptedConfig
 
 BOX = slice(N_ARM_Q, N_ARM_Q + 3)  # box position in qpos
 QUAT = slice(N_ARM_Q + 3, N_ARM_Q + 7)  # box quaternion in qpos

@@ -1,9 +1,8 @@
-"""The twin protocol and the batch of rollouts it returns."""
+"""The twin protocol; the batch of rollouts it returns is :class:`twinloop.rollouts.Rollouts`."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Protocol
 
 import mujoco
@@ -11,49 +10,7 @@ import numpy as np
 
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import ParamSpace
-
-
-@dataclass
-class Rollouts:
-    """A batch of simulated trajectories from one start state.
-
-    P parameter particles x K candidates; time index 0 is the start state, so T control steps
-    give T+1 states. Arrays of unstable rollouts hold whatever the engine left; use ``ok``.
-
-    Attributes:
-        qpos: (P, K, T+1, nq) joint positions.
-        qvel: (P, K, T+1, nv) joint velocities.
-        sensordata: (P, K, T+1, nsensordata) sensor readings.
-        ctrl: (K, T, nu) controls applied at each physics step.
-        ok: (P, K) True where the rollout stayed finite and stable.
-        dt: physics timestep (s).
-        uncertainty: (K, T+1, nq) how unsure a learned twin is of each position (its ensemble's
-            spread, same units as qpos); ``None`` for a physics twin.
-    """
-
-    qpos: np.ndarray
-    qvel: np.ndarray
-    sensordata: np.ndarray
-    ctrl: np.ndarray
-    ok: np.ndarray
-    dt: float
-    uncertainty: np.ndarray | None = None
-
-    @property
-    def n_particles(self) -> int:
-        return self.qpos.shape[0]
-
-    @property
-    def n_candidates(self) -> int:
-        return self.qpos.shape[1]
-
-    @property
-    def horizon_steps(self) -> int:
-        return self.ctrl.shape[1]
-
-    @property
-    def n_unstable(self) -> int:
-        return int((~self.ok).sum())
+from twinloop.rollouts import Rollouts  # also exported from here, where backends import it
 
 
 class Twin(Protocol):
@@ -68,8 +25,17 @@ class Twin(Protocol):
     dt: float
     nu: int
     nstate: int
+    param_space: ParamSpace  # the parameters ``params`` rows are values of
 
-    def rollout(self, state: np.ndarray, ctrl: np.ndarray, params: np.ndarray | None = None) -> Rollouts: ...
+    def rollout(self, state: np.ndarray, ctrl: np.ndarray, params: np.ndarray | None = None) -> Rollouts:
+        """``(P, K, T+1, ...)`` rollouts of ``ctrl (K, T, nu)`` (or ``(T, nu)``) from ``state``."""
+        ...
+
+    def rollout_many(self, states: np.ndarray, ctrl: np.ndarray, params: np.ndarray | None = None,
+                     sensors: bool = True) -> Rollouts:
+        """``(P, B, T+1, ...)`` rollouts of ``ctrl (B, T, nu)``, row ``b`` from ``states[b]``
+        (``(B, nstate)``)."""
+        ...
 
 
 def _size_names() -> tuple[str, ...]:

@@ -9,6 +9,7 @@ registers a third-party env (gymnasium's convention).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from twinloop.errors import TwinloopError
@@ -81,6 +82,25 @@ def resolve_world(name: str) -> tuple[Callable[..., World], str | None]:
     raise TwinloopError(f"unknown world {name!r}; choose one of: {', '.join(WORLDS)}")
 
 
+#: the class each registered factory builds, for its declared capabilities (``World.simulated``
+#: ...); a world that needs an extra is named by import path, loaded when asked
+WORLD_TYPES: dict[Callable[..., World], type[World] | str] = {
+    _shifted: ShiftedWorld, _nominal: SimWorld, _changing: ChangingWorld, _bullet: BulletWorld, _gym: GymWorld,
+    _remote: "twinloop.worlds.remote:RemoteWorld",
+}
+
+
+def world_type(name: str) -> type[World]:
+    """The kind of world a registry name builds (its class: what it declares it can do),
+    without building one."""
+    factory, _ = resolve_world(name)
+    kind = WORLD_TYPES.get(factory, World)
+    if isinstance(kind, str):
+        module, _, cls = kind.partition(":")
+        kind = getattr(importlib.import_module(module), cls)
+    return kind
+
+
 def make_world(task, name: str, **options) -> World:
     """A world for ``task`` by registry name; ``options`` (``severity``, ``seed``, ``period``,
     ``token`` ...) go to its factory, which ignores those it does not use."""
@@ -92,4 +112,5 @@ def make_world(task, name: str, **options) -> World:
 
 
 __all__ = ["SEEDED_WORLDS", "WORLDS", "BulletWorld", "ChangingWorld", "GymWorld", "ModelWorld", "PerEpisodeWorld",
-           "RealtimeWorld", "ShiftedWorld", "SimWorld", "TickRecord", "TwinWorld", "World", "make_world", "resolve_world", "shifted_params"]
+           "RealtimeWorld", "ShiftedWorld", "SimWorld", "TickRecord", "TwinWorld", "World", "make_world", "resolve_world", "shifted_params",
+           "world_type"]

@@ -36,6 +36,20 @@ class World:
         task: the task whose controller acts here.
         name: the world's kind (``nominal``, ``shifted``, ``gym`` ...).
         period: world time (s) one ``step`` advances.
+
+    Capabilities (class attributes each kind of world declares; a run checks these, never a
+    world's name):
+        simulated: a MuJoCo stand-in of the task's own scene that twinloop steps itself.
+        adjustable_period: its step period is an option (``period``): a real-time run steps
+            it finer than the control period (others step at their own, paced by a rate).
+        has_hidden_params: its physics differ from the twin's nominal ones by parameter values
+            it does not show (what calibration is to find).
+        keeps_clock: real time: it runs on without waiting for the controller.
+        remote: it lives in another process (another environment, a robot driver).
+        records_twin_state: each step's ``info`` carries its true ``qpos`` and ``qvel``.
+        counterpart: ``counterpart(task, severity, period) -> World``: the same world with the
+            twin's own (nominal) parameters, where a gap monitor's threshold is calibrated
+            (``severity``: the noise and delay of a shifted world); ``None``: it has none.
     """
 
     name = "world"
@@ -49,6 +63,13 @@ class World:
     @period.setter
     def period(self, value: float) -> None:
         self.__dict__["_period"] = number(value, "period (s)", low=0, low_open=True)
+    simulated = False
+    adjustable_period = False
+    has_hidden_params = False
+    keeps_clock = False
+    remote = False
+    records_twin_state = False
+    counterpart = None
 
     def reset(self, seed: int) -> np.ndarray:
         """Start an episode; the same seed gives the same episode. Returns the observation."""
@@ -85,6 +106,14 @@ class SimWorld(World):
     """
 
     name = "nominal"
+    simulated = adjustable_period = records_twin_state = True
+
+    @staticmethod
+    def counterpart(task: Task, severity: int = 0, period: float | None = None) -> World:
+        """The nominal scene itself (as a noise-free shifted world of severity 0)."""
+        from twinloop.worlds.shifted import nominal_counterpart
+
+        return nominal_counterpart(task, 0, period)
 
     def __init__(self, task: Task, model: mujoco.MjModel | None = None, period: float | None = None):
         self.task = check_task(task, type(self).__name__)

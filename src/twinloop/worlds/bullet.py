@@ -42,6 +42,7 @@ class BulletWorld(World):
     """
 
     name = "bullet"
+    records_twin_state = True
 
     def __init__(self, task: Task, floor_friction: float = 1.0, block_friction: float = 0.5,
                  pusher_friction: float = 0.6, pusher_force: float | None = None, noise: int = 1):

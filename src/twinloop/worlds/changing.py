@@ -29,6 +29,9 @@ class ChangingWorld(SimWorld):
     """
 
     name = "changing"
+    has_hidden_params = True
+    adjustable_period = False  # the change comes at a control tick: it steps at the control period
+    counterpart = None  # its noise is no shifted world's: no threshold calibrated for it
 
     def __init__(self, task: Task, change_at: int | None = 40, factors: dict | None = None, noise: int = 1):
         super().__init__(task)

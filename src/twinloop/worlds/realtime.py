@@ -75,6 +75,7 @@ class RealtimeWorld(World):
     """
 
     name = "realtime"
+    keeps_clock = True
 
     def __init__(self, world: World, rate: float | None = None, hold=None):
         if not isinstance(world, World):

@@ -351,6 +351,7 @@ class RemoteWorld(World):
     """
 
     name = "remote"
+    remote = True
 
     def __init__(self, address: str, task=None, token: str | None = None, timeout: float = 5.0):
         if not (isinstance(timeout, (int, float)) and timeout > 0):

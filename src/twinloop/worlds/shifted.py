@@ -113,6 +113,11 @@ class ShiftedWorld(TwinWorld):
 
     name = "shifted"
 
+    @staticmethod
+    def counterpart(task: Task, severity: int = 2, period: float | None = None) -> TwinWorld:
+        """:func:`nominal_counterpart` of ``severity``."""
+        return nominal_counterpart(task, severity, period)
+
     def __init__(self, task: Task, severity: int = 2, seed: int = 0, period: float | None = None):
         check_task(task, type(self).__name__)
         if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 3:

@@ -48,6 +48,8 @@ class TwinWorld(SimWorld):
     """
 
     name = "twin"
+    has_hidden_params = True
+    counterpart = None  # its parameters, delay and noise are the caller's
 
     def __init__(self, task: Task, params=None, *, space: ParamSpace | None = None, delay_steps: int = 0,
                  obs_noise=None, engine: Engine | None = None, period: float | None = None):
