@@ -199,55 +199,13 @@ def export_lerobot(source, root: str | os.PathLike, *, overwrite: bool = False,
         raise TwinloopError(f"{ds.root} has no episodes to export")
     info = ds.info
     features = {k: dict(v) for k, v in info["features"].items()}
-    block = info.get("twinloop", {})
-    task_text = str(block.get("task", "")) or "twinloop"
+    task_text = str(info.get("twinloop", {}).get("task", "")) or "twinloop"
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
-        frames, rows, pending, stats = 0, [], [], {}
         numeric = [k for k, f in features.items() if f["dtype"] != "string"]
-
-        def flush(f: int) -> None:  # one data file: the frames of episodes_per_file episodes
-            path = tmp / LEROBOT_DATA_PATH.format(chunk_index=f // CHUNKS_SIZE, file_index=f % CHUNKS_SIZE)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.concat_tables(pending), path)
-            pending.clear()
-
-        for new, old in enumerate(ds.indices):
-            table = ds.table(old)
-            T, f = table.num_rows, new // per_file
-            table = table.set_column(table.column_names.index(EPISODE), EPISODE, pa.array(np.full(T, new, np.int64)))
-            table = table.set_column(table.column_names.index(INDEX), INDEX,
-                                     pa.array(np.arange(frames, frames + T, dtype=np.int64)))
-            m = {k: _matrix(table, k, str(ds.path(old))) for k in numeric}
-            for k, v in m.items():
-                stats.setdefault(k, []).append(v)
-            rows.append({"episode_index": new, "tasks": [task_text], "length": T,
-                         "data/chunk_index": f // CHUNKS_SIZE, "data/file_index": f % CHUNKS_SIZE,
-                         "dataset_from_index": frames, "dataset_to_index": frames + T,
-                         "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0,
-                         "twinloop/episode_index": old,
-                         **{f"stats/{k}/{s}": v for k in numeric for s, v in _stats(m[k]).items()}})
-            pending.append(table)
-            frames += T
-            if new + 1 == len(ds) or (new + 1) // per_file != f:
-                flush(f)
-        ep_path = tmp / LEROBOT_EPISODES_PATH.format(chunk_index=0, file_index=0)
-        ep_path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), ep_path)
-        tasks = pa.table({"task_index": pa.array([0], pa.int64()), "task": pa.array([task_text], pa.string())})
-        pq.write_table(tasks.replace_schema_metadata({b"pandas": _pandas_index_metadata()}), tmp / "meta" / "tasks.parquet")
-        fps = info["fps"]
-        lerobot_info = {
-            "codebase_version": LEROBOT_CODEBASE_VERSION, "robot_type": info.get("robot_type", "twinloop"),
-            "total_episodes": len(rows), "total_frames": frames, "total_tasks": 1,
-            "chunks_size": CHUNKS_SIZE, "data_files_size_in_mb": 100, "video_files_size_in_mb": 500,
-            "fps": int(fps) if float(fps).is_integer() else fps, "splits": {"train": f"0:{len(rows)}"},
-            "data_path": LEROBOT_DATA_PATH, "video_path": None, "features": features, "twinloop": block,
-        }
-        (tmp / "meta" / "info.json").write_text(json.dumps(lerobot_info, indent=2, allow_nan=False))
-        all_stats = {k: _stats(np.concatenate(v)) for k, v in stats.items()}
-        (tmp / "meta" / "stats.json").write_text(json.dumps(all_stats, indent=2, allow_nan=False))
+        rows, frames, stats = _export_data(ds, tmp, numeric, task_text, per_file)
+        _export_meta(tmp, info, features, task_text, rows, frames, stats)
         for p in tmp.rglob("*"):
             fsync_path(p)
         if root.exists():
@@ -256,3 +214,61 @@ def export_lerobot(source, root: str | os.PathLike, *, overwrite: bool = False,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return root
+
+
+def _export_data(ds: Dataset, tmp: Path, numeric: list[str], task_text: str,
+                 per_file: int) -> tuple[list[dict], int, dict[str, list[np.ndarray]]]:
+    """Write the frames of ``ds`` under ``tmp`` (``per_file`` episodes a data file), renumbered;
+    returns the rows of the episodes table, the frames written and the ``(T, n)`` values of
+    each ``numeric`` feature per episode."""
+    frames, rows, pending, stats = 0, [], [], {}
+
+    def flush(f: int) -> None:  # one data file: the frames of episodes_per_file episodes
+        path = tmp / LEROBOT_DATA_PATH.format(chunk_index=f // CHUNKS_SIZE, file_index=f % CHUNKS_SIZE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.concat_tables(pending), path)
+        pending.clear()
+
+    for new, old in enumerate(ds.indices):
+        table = ds.table(old)
+        T, f = table.num_rows, new // per_file
+        table = table.set_column(table.column_names.index(EPISODE), EPISODE, pa.array(np.full(T, new, np.int64)))
+        table = table.set_column(table.column_names.index(INDEX), INDEX,
+                                 pa.array(np.arange(frames, frames + T, dtype=np.int64)))
+        m = {k: _matrix(table, k, str(ds.path(old))) for k in numeric}
+        for k, v in m.items():
+            stats.setdefault(k, []).append(v)
+        rows.append({"episode_index": new, "tasks": [task_text], "length": T,
+                     "data/chunk_index": f // CHUNKS_SIZE, "data/file_index": f % CHUNKS_SIZE,
+                     "dataset_from_index": frames, "dataset_to_index": frames + T,
+                     "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0,
+                     "twinloop/episode_index": old,
+                     **{f"stats/{k}/{s}": v for k in numeric for s, v in _stats(m[k]).items()}})
+        pending.append(table)
+        frames += T
+        if new + 1 == len(ds) or (new + 1) // per_file != f:
+            flush(f)
+    return rows, frames, stats
+
+
+def _export_meta(tmp: Path, info: dict, features: dict, task_text: str, rows: list[dict], frames: int,
+                 stats: dict[str, list[np.ndarray]]) -> None:
+    """Write ``meta/`` under ``tmp``: the episodes table of ``rows``, the one task, info.json
+    (``info`` of the twinloop dataset, ``frames`` in all) and the stats over all episodes."""
+    ep_path = tmp / LEROBOT_EPISODES_PATH.format(chunk_index=0, file_index=0)
+    ep_path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), ep_path)
+    tasks = pa.table({"task_index": pa.array([0], pa.int64()), "task": pa.array([task_text], pa.string())})
+    pq.write_table(tasks.replace_schema_metadata({b"pandas": _pandas_index_metadata()}), tmp / "meta" / "tasks.parquet")
+    fps = info["fps"]
+    lerobot_info = {
+        "codebase_version": LEROBOT_CODEBASE_VERSION, "robot_type": info.get("robot_type", "twinloop"),
+        "total_episodes": len(rows), "total_frames": frames, "total_tasks": 1,
+        "chunks_size": CHUNKS_SIZE, "data_files_size_in_mb": 100, "video_files_size_in_mb": 500,
+        "fps": int(fps) if float(fps).is_integer() else fps, "splits": {"train": f"0:{len(rows)}"},
+        "data_path": LEROBOT_DATA_PATH, "video_path": None, "features": features,
+        "twinloop": info.get("twinloop", {}),
+    }
+    (tmp / "meta" / "info.json").write_text(json.dumps(lerobot_info, indent=2, allow_nan=False))
+    all_stats = {k: _stats(np.concatenate(v)) for k, v in stats.items()}
+    (tmp / "meta" / "stats.json").write_text(json.dumps(all_stats, indent=2, allow_nan=False))

@@ -70,6 +70,11 @@ class PushUpright(ArmTask):
     # -- cost --------------------------------------------------------------------------------
 
     def residuals(self) -> tuple[Residual, ...]:
+        return self._running_residuals() + self._terminal_residuals()
+
+    def _running_residuals(self) -> tuple[Residual, ...]:
+        """Every tick's terms: the box toward the goal and upright, the fingertips at it,
+        pushing low and gently."""
         g = self.goal
 
         def pos(t: Traj):
@@ -102,6 +107,20 @@ class PushUpright(ArmTask):
             # a target far from the tcp means a fast, impact-prone motion
             return (t.ctrl[..., :3] - self.tcp(t.sensordata[..., :-1, :])) / 0.1
 
+        return (
+            Residual("box_position", 1.0, pos),
+            Residual("box_yaw", 0.3, yaw),
+            Residual("tilt", 1.0, tilt),
+            Residual("reach", 0.5, reach),
+            Residual("box_speed", 1.0, box_speed),
+            Residual("push_height", 1.0, push_height),
+            Residual("effort", 0.05, effort),
+        )
+
+    def _terminal_residuals(self) -> tuple[Residual, ...]:
+        """The horizon's last state: the box at the goal and upright, the fingertips behind it."""
+        g = self.goal
+
         def final_pos(t: Traj):
             return (t.qpos[..., -1, BOX][..., :2] - g[:2]) / 0.02
 
@@ -123,13 +142,6 @@ class PushUpright(ArmTask):
             return (self.tcp(t.sensordata[..., -1, :])[..., :2] - behind) / 0.05 * np.minimum(d / 0.03, 1.0)
 
         return (
-            Residual("box_position", 1.0, pos),
-            Residual("box_yaw", 0.3, yaw),
-            Residual("tilt", 1.0, tilt),
-            Residual("reach", 0.5, reach),
-            Residual("box_speed", 1.0, box_speed),
-            Residual("push_height", 1.0, push_height),
-            Residual("effort", 0.05, effort),
             Residual("final_position", 0.2, final_pos, terminal=True),
             Residual("final_yaw", 0.2, final_yaw, terminal=True),
             Residual("final_tilt", 0.5, final_tilt, terminal=True),
