@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from twinloop.calib.monitor import ACTIONS, GapMonitor, MonitorConfig
-from twinloop.calib.posterior import Posterior
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import (
     AsyncConfig,
@@ -37,6 +36,7 @@ from twinloop.plan import OPTIMIZER_NAMES, LLMConfig, make_optimizer
 from twinloop.policies import PROPOSERS, make_proposer
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import run_episode, summarize, write_partial
+from twinloop.run.planning import planning_choice, planning_message
 from twinloop.tasks import TASKS, make_task, task_preferences
 from twinloop.twin import BACKENDS, make_twin
 from twinloop.viz.plots import plot_comparison
@@ -294,30 +294,11 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
         raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.task!r} has none among "
                             f"{task.param_space().names}")
     twin = refiner_twin(task, cfg.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed, check_twin)
-    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, noise=cfg.noise), cfg.refiner,
-                      params=planning_particles(cfg, twin.param_space), keep_rollouts=keep_rollouts)
+    params, delay, _ = planning_choice(cfg, task, twin.param_space)
+    rcfg = cfg.refiner if delay == cfg.refiner.actuation_delay else replace(cfg.refiner, actuation_delay=delay)
+    refiner = Refiner(task, twin, make_optimizer(cfg.optimizer, llm=cfg.llm, noise=cfg.noise), rcfg,
+                      params=params, keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
-
-
-def planning_particles(cfg: RunConfig, space) -> np.ndarray | None:
-    """``(P, n)`` parameter particles of ``space`` the refiner plans under (see
-    :attr:`RunConfig.particles` and :attr:`RunConfig.posterior`), or ``None`` (the nominal
-    twin)."""
-    if cfg.posterior is not None:
-        if not len(space):
-            raise TwinloopError(f"posterior={cfg.posterior!r}: task {cfg.task!r} has no parameters to plan with")
-        post = Posterior.load(cfg.posterior, space)
-        if cfg.particles < 2:
-            return post.estimate[None].copy()
-        if cfg.particles > len(post.particles):
-            raise TwinloopError(f"particles={cfg.particles}: posterior {cfg.posterior!r} holds "
-                                f"{len(post.particles)} samples")
-        return post.particles[:cfg.particles].copy()
-    if cfg.particles < 2:
-        return None
-    if not len(space):
-        raise TwinloopError(f"particles={cfg.particles}: task {cfg.task!r} has no parameters to draw particles of")
-    return space.prior_particles(np.random.default_rng([cfg.seed, 3]), cfg.particles)
 
 
 def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,
@@ -440,6 +421,7 @@ def episode_stats(world, controller) -> dict:
         names = controller.refiner.twin.param_space.names
         out["alarms"] = [asdict(a) for a in m.alarms]
         out["refits"] = [{"tick": t, "params": dict(zip(names, map(float, x), strict=True))} for t, x in m.refits]
+        out["rejected_refits"] = [{"tick": t, "reason": why} for t, why in m.rejected]
     return out
 
 
@@ -491,6 +473,9 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     task, world, proposer, refiner = build(cfg)  # the driver checks the twin and the output folder first
     try:
         out = output_folder(cfg.out, mode)  # before the episodes: a bad --out fails now
+        planning = planning_choice(cfg, task, refiner.twin.param_space)[2]
+        if planning is not None:
+            log(planning_message(planning))
         watch, monitor_info = None, None
         if cfg.monitor is not None:
             watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period, world)
@@ -542,10 +527,12 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         # what the refined controller plans with (null: the nominal twin)
         "planning_params": None if refiner.params is None else
         [dict(zip(refiner.twin.param_space.names, map(float, p))) for p in refiner.params],
+        "planning_twin": planning,
         "world_per_episode": cfg.world_per_episode,
         "per_episode": {k: [{"seed": e.seed, "world_seed": e.stats.get("world_seed", one_world_seed), "success": e.success,
                              "final_error": e.final_error, "ticks": e.ticks, "failure": e.failure,
-                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits", "peak_body_speed", "peak_body")
+                             **{s: e.stats[s] for s in ("world_params", "alarms", "refits", "rejected_refits",
+                                                        "peak_body_speed", "peak_body")
                                 if s in e.stats}}
                             for e in v] for k, v in all_eps.items()},
     }
