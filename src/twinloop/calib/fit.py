@@ -195,6 +195,8 @@ class CalibConfig:
             object.__setattr__(self, "start_noise", tuple(
                 number(v, f"start_noise {what}", low=0) for v, what in zip(
                     self.start_noise, ("position (m)", "angle (rad)", "velocity (m/s)"), strict=True)))
+        if isinstance(self.acceptance, dict):  # a config read back from JSON (or asdict)
+            object.__setattr__(self, "acceptance", AcceptanceConfig(**self.acceptance))
         if self.acceptance is not None and not isinstance(self.acceptance, AcceptanceConfig):
             raise TwinloopError(f"acceptance must be an AcceptanceConfig or None, got {type(self.acceptance).__name__}")
         for k in ("use_velocity", "errors_in_variables", "keep_if_worse"):
