@@ -118,7 +118,7 @@ class PymunkWorld(World):
         boxes = block_boxes(m)
         cog = np.array(block.ipos[:2])
         mass = float(block.mass[0])
-        areas = np.array([abs(np.cross(b[1] - b[0], b[3] - b[0])) for b in boxes])
+        areas = np.array([abs(np.linalg.det(np.stack([b[1] - b[0], b[3] - b[0]]))) for b in boxes])
         moment = sum(pm.moment_for_poly(mass * a / areas.sum(), [tuple(p) for p in b], (-cog[0], -cog[1]))
                      for a, b in zip(areas, boxes, strict=True))
         self.block = pm.Body(mass, moment)
@@ -152,7 +152,8 @@ class PymunkWorld(World):
         px, py, bx, by, _, yaw = state[:6]
         self._build()
         self.pusher.position = (float(px), float(py))
-        self.block.position, self.block.angle = (float(bx), float(by)), float(yaw)
+        self.block.angle = float(yaw)  # first: Chipmunk turns a body about its centre of gravity
+        self.block.position = (float(bx), float(by))
         target = self.task.hold_action(state)
         self.target.position = (float(target[0]), float(target[1]))
         self.space.reindex_shapes_for_body(self.block)
