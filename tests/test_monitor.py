@@ -75,7 +75,9 @@ def test_widening_spreads_particles_around_their_mean(task, monitor):
 
 def _controller(task, twin, monitor, action):
     refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=12, horizon=0.5, seed=0))
-    m = GapMonitor(task, twin, monitor.error, monitor.threshold, MonitorConfig(action=action, refit_ticks=2))
+    # the response itself: a refit of 10 ticks identifies nothing, taken here anyway
+    m = GapMonitor(task, twin, monitor.error, monitor.threshold, MonitorConfig(action=action, refit_ticks=2,
+                                                                               unidentified_refits=True))
     return Controller(refiner, task.default_proposer(), hooks=[GapWatch(m)])
 
 
@@ -120,7 +122,7 @@ def test_adapt_refits_the_arms_gain_toward_a_softer_worlds_and_leaves_the_rest()
     k = space.names.index("arm_stiffness")
     assert world.hidden_params[k] < 0.7 * space.nominal[k]
     twin = make_twin("mujoco", task.model, space)
-    cfg = MonitorConfig(action="adapt", adapt_at=10, refit_ticks=1)
+    cfg = MonitorConfig(action="adapt", adapt_at=10, refit_ticks=1, unidentified_refits=True)  # 10 ticks
     moving = record_trajectory(world, lambda o, _k: task.action_at([0.0, 0.0, 0.05]), 0, 5)  # what the error compares
     m = GapMonitor(task, twin, StateError.for_task(task, [moving]), 1e9, cfg)  # never alarms
     ctl = Controller(Refiner(task, twin, make_optimizer("predictive"), RefinerConfig(num_samples=4, horizon=0.3)),
@@ -151,3 +153,17 @@ def test_the_nominal_threshold_does_not_depend_on_the_twins_timestep():
     assert coarse.substeps == 10 and fine.substeps == 20
     # the coarse twin integrates contacts a little differently: within a factor 1.5
     assert 1 / 1.5 < coarse.threshold / fine.threshold < 1.5
+
+
+def test_a_refit_that_identifies_nothing_leaves_the_twin_as_it_was(task, twin, monitor):
+    world = ChangingWorld(task, change_at=3, factors={"block_friction": 3.0, "block_mass": 3.0})
+    refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=12, horizon=0.5, seed=0))
+    m = GapMonitor(task, twin, monitor.error, 1e-9, MonitorConfig(action="refit", refit_ticks=2))
+    ctl = Controller(refiner, task.default_proposer(), monitor=m)
+    obs = world.reset(7)
+    ctl.reset(7)
+    for _ in range(m.config.window + 4):
+        obs, _ = world.step(ctl.act(obs))
+    assert m.rejected and "NOT IDENTIFIABLE" in m.rejected[0][1]
+    assert not m.refits and ctl.refiner.params is None  # still the nominal twin
+    m.close()

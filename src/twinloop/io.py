@@ -14,6 +14,7 @@ unwritable ``--out`` fails at once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -66,7 +67,10 @@ def atomic_write(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def json_default(x):
-    """``json.dumps(default=)`` for NumPy scalars and arrays and paths."""
+    """``json.dumps(default=)`` for NumPy scalars and arrays, paths and dataclasses (a
+    config's nested config)."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.asdict(x)
     if isinstance(x, (np.floating, np.integer, np.bool_)):
         return x.item()
     if isinstance(x, np.ndarray):

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from twinloop.calib.acceptance import AcceptanceConfig, control_check
 from twinloop.calib.bootstrap import bootstrap_bias, simulate_closed_loop, simulate_like
 from twinloop.calib.methods import METHODS
 from twinloop.calib.noise import estimate_obs_noise, estimate_state_noise
@@ -127,6 +128,9 @@ class CalibConfig:
         null_tol: eigenvalue ratio of the fitted curvature below which a direction is
             unconstrained.
         seed: seed of CMA-ES, the holdout split and the particles.
+        acceptance: the control check of the fit on the held-out episodes
+            (:class:`~twinloop.calib.acceptance.AcceptanceConfig`): its verdict is
+            ``Posterior.acceptance``, and a rejected fit is not planned with; ``None``: no check.
     """
 
     method: str = "least_squares"
@@ -157,6 +161,7 @@ class CalibConfig:
     max_corr: float = 0.9
     null_tol: float = 1e-6
     seed: int = 0
+    acceptance: AcceptanceConfig | None = AcceptanceConfig()
 
     def __post_init__(self):
         choose("calibration method", self.method, METHODS)
@@ -190,6 +195,10 @@ class CalibConfig:
             object.__setattr__(self, "start_noise", tuple(
                 number(v, f"start_noise {what}", low=0) for v, what in zip(
                     self.start_noise, ("position (m)", "angle (rad)", "velocity (m/s)"), strict=True)))
+        if isinstance(self.acceptance, dict):  # a config read back from JSON (or asdict)
+            object.__setattr__(self, "acceptance", AcceptanceConfig(**self.acceptance))
+        if self.acceptance is not None and not isinstance(self.acceptance, AcceptanceConfig):
+            raise TwinloopError(f"acceptance must be an AcceptanceConfig or None, got {type(self.acceptance).__name__}")
         for k in ("use_velocity", "errors_in_variables", "keep_if_worse"):
             v = getattr(self, k)
             if not isinstance(v, (bool, np.bool_)) and not (k == "errors_in_variables" and v is None):
@@ -286,6 +295,9 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         hr = hp.residuals(np.stack([x0, corrected]))
         hold_err = (_rms(hr[0]), _rms(hr[1]))
     kept = cfg.keep_if_worse and hold_err[1] > hold_err[0]
+    acceptance = None
+    if cfg.acceptance is not None:  # the fit itself, whatever keep_if_worse returns
+        acceptance = control_check(task, held, twin, corrected, x0, problem.delay, 0.0, cfg.acceptance)
     estimate = x0.copy() if kept else corrected
     if kept or cfg.bootstrap:
         # around the returned estimate; the bootstrap's own spread (its mean of B refits) added
@@ -298,7 +310,8 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         sim_steps=n_fit * problem.steps_per_eval, posterior_evals=local.n_evals, delay_steps=int(problem.delay),
         n_windows=sum(len(w) for w in problem.windows), n_transitions=sum(t.ticks for t in train),
         seconds=time.perf_counter() - t_start, x0=x0, kept_previous=bool(kept), fitted=x.copy(),
-        errors_in_variables=bool(eiv), bias=bias if cfg.bootstrap else np.zeros(0), bootstrap_evals=n_boot, **post,
+        errors_in_variables=bool(eiv), bias=bias if cfg.bootstrap else np.zeros(0), bootstrap_evals=n_boot,
+        acceptance=acceptance, timestep=float(twin.dt), **post,
     )
 
 

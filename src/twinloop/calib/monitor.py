@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from twinloop.calib.acceptance import planning_verdict
 from twinloop.calib.fit import CalibConfig, calibrate
 from twinloop.calib.windows import StateError, Trajectory, as_trajectories, twin_substeps
 from twinloop.errors import TwinloopError, choose, number
@@ -71,6 +72,13 @@ class MonitorConfig:
         adapt: ``adapt``: the actuator refit's :class:`CalibConfig` (default: least squares
             (CMA-ES needs two parameters or more), 60 evaluations, windows starting anywhere:
             before contact nothing unobserved needs to settle).
+        holdout: share of a refit's buffered ticks kept out of its fit for the control check
+            (:mod:`~twinloop.calib.acceptance`, the refit's ``acceptance``): a refit it rejects,
+            or whose every parameter is NOT IDENTIFIABLE, leaves the twin as it was and is
+            listed in :attr:`GapMonitor.rejected`; 0: fit all, no check.
+        unidentified_refits: take a refit whose every parameter is NOT IDENTIFIABLE (a short
+            buffer rarely identifies anything; its control check, when the buffer affords
+            one, still decides). Default: such a refit leaves the twin as it was.
         pos_scale, angle_scale, vel_scale: error units, as in calibration.
         seed: seed of the prior draws.
     """
@@ -87,6 +95,8 @@ class MonitorConfig:
     adapt_at: int = 10
     adapt: CalibConfig = CalibConfig(method="least_squares", max_evals=60, errors_in_variables=False, particles=1,
                                      start_clearance=None)
+    holdout: float = 1 / 3
+    unidentified_refits: bool = False
     pos_scale: float = 1e-3
     angle_scale: float = 5e-2
     vel_scale: float = 2e-2
@@ -98,6 +108,7 @@ class MonitorConfig:
                        ("adapt_at", 2)):
             object.__setattr__(self, k, number(getattr(self, k), k, low=low, integer=True))
         object.__setattr__(self, "quantile", number(self.quantile, "quantile", low=0, high=1, low_open=True))
+        object.__setattr__(self, "holdout", number(self.holdout, "holdout", low=0, high=1, high_open=True))
         for k in ("margin", "widen", "pos_scale", "angle_scale", "vel_scale"):
             object.__setattr__(self, k, number(getattr(self, k), k, low=0, low_open=True))
         for k in ("refit", "adapt"):
@@ -168,6 +179,7 @@ class GapMonitor:
         self.tick = 0
         self.alarms: list[Alarm] = []
         self.refits: list[tuple[int, np.ndarray]] = []  # (tick it took over, the estimate)
+        self.rejected: list[tuple[int, str]] = []  # (tick, why): refits the control check turned down
         self.score = float("nan")
 
     def tick_errors(self, before: np.ndarray, actions: np.ndarray, after: np.ndarray, params=None) -> np.ndarray:
@@ -226,20 +238,37 @@ class GapMonitor:
         if n < 2:
             return
         traj = Trajectory(states[-n - 1 :], actions[-n:], index=self.tick)
+        fit_on, held = self._split(traj)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="twinloop-refit")
         x0 = space.nominal if x0 is None else np.asarray(x0, float)
         cfg = config or self.config.refit
         if names is None:
-            fut = self._pool.submit(calibrate, self.task, [traj], space, config=cfg, x0=x0)
+            fut = self._pool.submit(calibrate, self.task, fit_on, space, config=cfg, x0=x0, holdout=held)
             self._refit = (self.tick + self.config.refit_ticks, fut, x0, None)
             return
         idx = [space.names.index(k) for k in names]
         sub = space.subset(names)
         # the twin holds the other parameters where they are now
         twin = make_twin("mujoco", space.apply(self.task.model, x0), sub)
-        fut = self._pool.submit(calibrate, self.task, [traj], sub, config=cfg, x0=x0[idx], twin=twin)
+        fut = self._pool.submit(calibrate, self.task, fit_on, sub, config=cfg, x0=x0[idx], twin=twin, holdout=held)
         self._refit = (self.tick + self.config.refit_ticks, fut, x0, idx)
+
+    def _split(self, traj: Trajectory) -> tuple[list[Trajectory], list[Trajectory]]:
+        """``(fit on, held out)``: the buffer's last ``holdout`` share (at least the check's
+        ``min_windows`` windows of one planning horizon) is kept from the fit for its control
+        check; a buffer too short to keep as much for the fit is fit whole, unchecked."""
+        cfg = self.config.refit.acceptance
+        n = traj.ticks
+        if cfg is None or self.config.holdout == 0:
+            return [traj], []
+        horizon = max(1, int(round(cfg.horizon / self.task.control_period)))
+        k = max(int(round(self.config.holdout * n)), horizon + cfg.min_windows - 1)
+        if n - k < k:
+            return [traj], []
+        cut = n - k
+        return ([Trajectory(traj.states[: cut + 1], traj.actions[:cut], index=traj.index)],
+                [Trajectory(traj.states[cut:], traj.actions[cut:], index=traj.index + 1)])
 
     def adapt_due(self) -> bool:
         """``adapt``: whether the actuator refit starts now (tick ``adapt_at``)."""
@@ -253,10 +282,18 @@ class GapMonitor:
         _, fut, x0, idx = self._refit
         self._refit = None
         try:
-            fitted = fut.result().particles
+            post = fut.result()
         except Exception:  # a refit must never stop the robot; keep the twin as it is
             self.alarms.append(Alarm(self.tick, self.score, self.threshold, "flag"))
             return None
+        usable, why = planning_verdict(post)
+        if not usable and self.config.unidentified_refits and (post.acceptance is None
+                                                              or post.acceptance.accepted is not False):
+            usable = True  # only unidentified, and taken as configured
+        if not usable:  # the twin stays as it is: a fit that would plan worse is no refit
+            self.rejected.append((self.tick, why))
+            return None
+        fitted = post.particles
         if idx is None:
             particles = fitted
         else:  # a refit of some parameters: the others as they were

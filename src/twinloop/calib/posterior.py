@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twinloop.calib.acceptance import Acceptance
 from twinloop.calib.problem import Objective
 from twinloop.calib.report import format_report, json_load, json_safe
 from twinloop.errors import TwinloopError
@@ -80,6 +81,11 @@ class Posterior:
         bias: ``(n,)`` the fit's bias the parametric bootstrap estimated and subtracted
             (``estimate = fitted - bias``; empty without ``CalibConfig.bootstrap``);
             bootstrap_evals: parameter vectors its refits simulated.
+        acceptance: the control check's verdict on the fit
+            (:class:`~twinloop.calib.acceptance.Acceptance`: does it predict the task's cost
+            terms over the planning horizon on held-out windows better than the starting
+            point?); ``None``: not run (:func:`~twinloop.calib.acceptance.planning_verdict`).
+        timestep: the fit's twin step (s; ``delay_steps`` of it are the delay; 0: the scene's).
     """
 
     names: list[str]
@@ -114,6 +120,8 @@ class Posterior:
     errors_in_variables: bool = True
     bias: np.ndarray = field(default_factory=lambda: np.zeros(0))
     bootstrap_evals: int = 0
+    acceptance: Acceptance | None = None
+    timestep: float = 0.0
 
     @property
     def std(self) -> np.ndarray:
@@ -140,6 +148,9 @@ class Posterior:
         """JSON-ready dict (arrays as lists; ``inf`` as the string ``"inf"``)."""
         out = {}
         for k, v in asdict(self).items():
+            if k == "acceptance":
+                out[k] = None if self.acceptance is None else self.acceptance.to_dict()
+                continue
             if isinstance(v, np.ndarray):
                 v = v.tolist()
             out[k] = json_safe(v)
@@ -149,6 +160,8 @@ class Posterior:
     @classmethod
     def from_dict(cls, d: dict) -> Posterior:
         d = {k: json_load(v) for k, v in d.items() if k != "all_identifiable"}
+        if d.get("acceptance") is not None:
+            d["acceptance"] = Acceptance.from_dict(d["acceptance"])
         arrays = ("estimate", "covariance", "interval", "data_std", "correlation", "identifiable",
                   "singular_values", "particles", "low", "high", "x0", "log_directions", "log_direction_std",
                   "profile_factors", "fitted", "bias")

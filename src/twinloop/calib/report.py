@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from twinloop.calib.acceptance import planning_verdict
+
 if TYPE_CHECKING:
     from twinloop.calib.posterior import Posterior
 
@@ -57,6 +59,12 @@ def format_report(post: Posterior, truth=None) -> str:
     if post.kept_previous:
         lines.append(f"  FIT REJECTED: it made held-out error worse ({hb:.3g} -> {ha:.3g}); the estimate is the "
                      "previous parameters (the fit's own values are in 'fitted')")
+    acc = getattr(post, "acceptance", None)
+    if acc is not None:
+        lines.append(f"  control check: {acc.reason}")
+    usable, why = planning_verdict(post)
+    if not usable:
+        lines.append(f"  NOT FOR PLANNING ({why.split(' (')[0]}): `run --posterior` plans with the nominal twin")
     return "\n".join(lines)
 
 

@@ -75,7 +75,8 @@ class GapWatch(TickHook):
         names = self.refiner.twin.param_space.names
         return {"alarms": [asdict(a) for a in self.monitor.alarms],
                 "refits": [{"tick": t, "params": dict(zip(names, map(float, x), strict=True))}
-                           for t, x in self.monitor.refits]}
+                           for t, x in self.monitor.refits],
+                "rejected_refits": [{"tick": t, "reason": why} for t, why in getattr(self.monitor, "rejected", [])]}
 
 
 class TrustedAcceptance(TickHook):

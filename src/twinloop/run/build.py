@@ -3,12 +3,10 @@ and the controllers (base and refined) of a comparison (:mod:`twinloop.run.compa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from twinloop.calib.monitor import GapMonitor, MonitorConfig
-from twinloop.calib.posterior import Posterior
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import (
     AsyncController,
@@ -23,6 +21,7 @@ from twinloop.control.hooks import acceptance_hooks
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
+from twinloop.run.planning import planning_choice, planning_particles  # noqa: F401 - importable from here
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world, world_type
@@ -64,30 +63,12 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
         raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.experiment.task!r} has none among "
                             f"{task.param_space().names}")
     twin = refiner_twin(task, cfg.planner.backend, cfg.planner.twin_timestep, cfg.planner.refiner.horizon, cfg.experiment.seed, check_twin)
-    refiner = Refiner(task, twin, make_optimizer(cfg.planner.optimizer, llm=cfg.planner.llm, noise=cfg.planner.noise), cfg.planner.refiner,
-                      params=planning_particles(cfg, twin.param_space), keep_rollouts=keep_rollouts)
+    params, delay, _ = planning_choice(cfg, task, twin.param_space)  # a posterior that fails its check: nominal
+    rcfg = cfg.planner.refiner
+    rcfg = rcfg if delay == rcfg.actuation_delay else replace(rcfg, actuation_delay=delay)
+    refiner = Refiner(task, twin, make_optimizer(cfg.planner.optimizer, llm=cfg.planner.llm, noise=cfg.planner.noise), rcfg,
+                      params=params, keep_rollouts=keep_rollouts)
     return task, world, proposer, refiner
-
-
-def planning_particles(cfg: RunConfig, space) -> np.ndarray | None:
-    """``(P, n)`` parameter particles of ``space`` the refiner plans under (see
-    :attr:`PlannerConfig.particles <twinloop.run.sections.PlannerConfig.particles>` and ``posterior``), or ``None`` (the nominal
-    twin)."""
-    if cfg.planner.posterior is not None:
-        if not len(space):
-            raise TwinloopError(f"posterior={cfg.planner.posterior!r}: task {cfg.experiment.task!r} has no parameters to plan with")
-        post = Posterior.load(cfg.planner.posterior, space)
-        if cfg.planner.particles < 2:
-            return post.estimate[None].copy()
-        if cfg.planner.particles > len(post.particles):
-            raise TwinloopError(f"particles={cfg.planner.particles}: posterior {cfg.planner.posterior!r} holds "
-                                f"{len(post.particles)} samples")
-        return post.particles[:cfg.planner.particles].copy()
-    if cfg.planner.particles < 2:
-        return None
-    if not len(space):
-        raise TwinloopError(f"particles={cfg.planner.particles}: task {cfg.experiment.task!r} has no parameters to draw particles of")
-    return space.prior_particles(np.random.default_rng([cfg.experiment.seed, 3]), cfg.planner.particles)
 
 
 def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,

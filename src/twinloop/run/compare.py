@@ -43,6 +43,7 @@ from twinloop.run.build import (  # noqa: F401 - the building half, importable f
 from twinloop.run.config import composed, config_dict, sources_of
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import run_episode, summarize, write_partial
+from twinloop.run.planning import planning_choice, planning_message
 from twinloop.run.sections import ExperimentConfig, GraspConfig, PlannerConfig
 from twinloop.tasks import task_defaults
 from twinloop.viz.plots import plot_comparison
@@ -202,6 +203,9 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     task, world, proposer, refiner = build(cfg)  # the driver checks the twin and the output folder first
     try:
         out = output_folder(cfg.experiment.out, mode)  # before the episodes: a bad --out fails now
+        planning = planning_choice(cfg, task, refiner.twin.param_space)[2]  # a posterior used, or why not
+        if planning is not None:
+            log(planning_message(planning))
         watch, monitor_info = None, None
         if cfg.monitor is not None:
             watch, monitor_info = calibrate_monitor(cfg, task, proposer, refiner, world.period, world)
@@ -213,6 +217,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     finally:
         world.close()  # a remote world's socket, a real-time world's clock
     summary = _summary(cfg, task, world, refiner, all_eps, sources)
+    summary["planning_twin"] = planning
     summary["wall_time_s"] = time.perf_counter() - t_start
     if monitor_info is not None:
         refined = all_eps["refined"]
@@ -272,7 +277,8 @@ def _summary(cfg: RunConfig, task, world, refiner, all_eps: dict, sources: dict 
         results.append(summarize(name, eps))
         if cfg.realtime:
             results[-1]["realtime"] = realtime_summary([e.stats for e in eps])
-    extra = ("world_params", "alarms", "refits", "accept", "twin_cost_error", "peak_body_speed", "peak_body")
+    extra = ("world_params", "alarms", "refits", "rejected_refits", "accept", "twin_cost_error", "peak_body_speed",
+             "peak_body")
     return {
         "task": task.name,
         "world": world.describe(),

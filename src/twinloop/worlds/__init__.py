@@ -54,11 +54,18 @@ def _bullet(task, noise: int = 1, **_) -> World:
     return BulletWorld(task, noise=noise)
 
 
+def _pymunk(task, noise: int = 1, **_) -> World:
+    from twinloop.worlds.pymunk2d import PymunkWorld  # needs the [pymunk] extra
+
+    return PymunkWorld(task, noise=noise)
+
+
 WORLDS: dict[str, Callable[..., World]] = {
     "shifted": _shifted,
     "nominal": _nominal,
     "changing": _changing,
     "bullet": _bullet,  # needs the [bullet] extra (PyBullet)
+    "pymunk": _pymunk,  # needs the [pymunk] extra (Pymunk, a 2-D engine)
     "gym": _gym,
     "gym:ENV_ID": _gym,
     "remote:ADDRESS": _remote,

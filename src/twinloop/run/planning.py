@@ -1,0 +1,71 @@
+"""What a run's refiner plans with: the nominal twin, the prior's particles, or a saved
+calibration, and only a calibration fit for planning (its control check passed, something
+identified); a posterior's fitted actuation delay comes with it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twinloop.calib.acceptance import planning_delay, planning_verdict
+from twinloop.calib.posterior import Posterior
+from twinloop.errors import TwinloopError
+
+
+def planning_choice(cfg, task, space) -> tuple[np.ndarray | None, float, dict | None]:
+    """What the refiner plans with: ``(particles, actuation delay (s), note)``.
+
+    With ``cfg.posterior``: its particles (:func:`planning_particles`) and its fitted actuation
+    delay (unless ``cfg.refiner.actuation_delay`` gives one), when the fit is usable for
+    planning (:func:`~twinloop.calib.acceptance.planning_verdict`: its control check did not
+    reject it and some parameter is identifiable); else the nominal twin (the prior's particles
+    with ``cfg.particles``) and ``cfg.refiner``'s delay (``cfg``: a :class:`~twinloop.run.compare.RunConfig`). ``note`` (``None`` without a posterior)
+    is what the console and ``summary.json`` say: ``used``, ``reason``, ``actuation_delay``.
+    """
+    delay = cfg.refiner.actuation_delay
+    if cfg.posterior is None:
+        return planning_particles(cfg, space), delay, None
+    post = load_posterior(cfg, space)
+    usable, why = planning_verdict(post)
+    if not usable:
+        return planning_particles(cfg, space), delay, {"path": cfg.posterior, "used": False, "reason": why,
+                                                       "actuation_delay": delay}
+    if delay == 0:
+        delay = planning_delay(post, task.model.opt.timestep)
+    return planning_particles(cfg, space, post), delay, {"path": cfg.posterior, "used": True, "reason": why,
+                                                         "actuation_delay": delay}
+
+
+def planning_message(note: dict) -> str:
+    """The console's line on a posterior's use (``note`` of :func:`planning_choice`)."""
+    if note["used"]:
+        return (f"planning with the calibrated twin {note['path']} (actuation delay "
+                f"{1000 * note['actuation_delay']:.0f} ms): {note['reason']}")
+    return f"planning with the NOMINAL twin, not {note['path']}: {note['reason']}"
+
+
+def load_posterior(cfg, space) -> Posterior:
+    """``cfg.posterior``, checked to fit ``space``."""
+    if not len(space):
+        raise TwinloopError(f"posterior={cfg.posterior!r}: task {cfg.task!r} has no parameters to plan with")
+    return Posterior.load(cfg.posterior, space)
+
+
+def planning_particles(cfg, space, post: Posterior | None = None) -> np.ndarray | None:
+    """``(P, n)`` parameter particles of ``space`` the refiner plans under, or ``None`` (the
+    nominal twin): ``post``'s estimate (or, with ``cfg.particles`` >= 2, its first samples);
+    without one, the prior's particles (:attr:`RunConfig.particles`) or the nominal twin."""
+    if post is not None:
+        if cfg.particles < 2:
+            return post.estimate[None].copy()
+        if cfg.particles > len(post.particles):
+            raise TwinloopError(f"particles={cfg.particles}: posterior {cfg.posterior!r} holds "
+                                f"{len(post.particles)} samples")
+        return post.particles[:cfg.particles].copy()
+    if cfg.particles < 2:
+        return None
+    if not len(space):
+        raise TwinloopError(f"particles={cfg.particles}: task {cfg.task!r} has no parameters to draw particles of")
+    return space.prior_particles(np.random.default_rng([cfg.seed, 3]), cfg.particles)
+
+
+__all__ = ["load_posterior", "planning_choice", "planning_message", "planning_particles"]
