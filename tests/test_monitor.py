@@ -159,7 +159,7 @@ def test_a_refit_that_identifies_nothing_leaves_the_twin_as_it_was(task, twin, m
     world = ChangingWorld(task, change_at=3, factors={"block_friction": 3.0, "block_mass": 3.0})
     refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=12, horizon=0.5, seed=0))
     m = GapMonitor(task, twin, monitor.error, 1e-9, MonitorConfig(action="refit", refit_ticks=2))
-    ctl = Controller(refiner, task.default_proposer(), monitor=m)
+    ctl = Controller(refiner, task.default_proposer(), hooks=[GapWatch(m)])
     obs = world.reset(7)
     ctl.reset(7)
     for _ in range(m.config.window + 4):
