@@ -66,6 +66,9 @@ def _velocity_net(torch, n_ctx: int, n_y: int, cfg: PolicyConfig):
     return Velocity()
 
 
+# -- training and sampling ------------------------------------------------------------------------
+
+
 def _flow_loss(torch, net, ctx, y, gen):
     """Rectified-flow loss of a batch: ``|v(x_s, s, c) - (y - x0)|^2``."""
     x0 = torch.randn(y.shape, generator=gen)
