@@ -260,10 +260,12 @@ def test_run_against_a_served_world(tmp_path):
 
 
 def test_a_monitored_run_calibrates_its_threshold_and_lists_each_episodes_alarms(tmp_path):
-    # push-upright, world seeds 0-3: seed 3's arm is 34% softer than the twin's, and the
-    # monitor, calibrated on nominal episodes with the same noise and delay, sees it
+    # push-upright, severity-3 world seeds 0-3: seed 3's arm is half as stiff as the twin's,
+    # seed 0's twice, and the monitor, calibrated on nominal episodes with the same noise and
+    # delay (its twin predicting one tick of its own steps), sees them
     args = ["run", "--task", "push-upright", "--proposer", "open-loop", "--world-per-episode", "--episodes", "4",
-            "--max-ticks", "20", "--monitor", "flag", "--set", "monitor_episodes=2", "--no-video", "--no-record",
+            "--severity", "3", "--max-ticks", "20", "--monitor", "flag", "--set", "monitor_episodes=2", "--no-video",
+            "--no-record",
             "--set", "planner.refiner.accept=always"]  # the refiner's own plans, as the threshold was measured
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
