@@ -30,23 +30,9 @@ record = false
 num_samples = 4
 """
 
-CHILD = """
-command = "run"
-description = "writes into the folder the base recipe built"
-needs = ["base.toml"]
-[config]
-proposer = "none"
-[config.experiment]
-task = "block-push"
-world = "nominal"
-episodes = 1
-max_ticks = 2
-video = false
-record = false
-out = "{recipe:base}/child"
-[config.planner.refiner]
-num_samples = 4
-"""
+CHILD = BASE.replace('description = "a tiny block-push run whose folder another recipe uses"',
+                     'description = "writes into the folder the base recipe built"\nneeds = ["base.toml"]').replace(
+    "record = false\n", 'record = false\nout = "{recipe:base}/child"\n')
 
 
 @pytest.fixture

@@ -106,6 +106,24 @@ def entry_point(kind: str, name: str):
                             f"load: {type(exc).__name__}: {exc}") from exc
 
 
+def resolve(kind: str, name, registered, what: str):
+    """The object ``name`` names for ``kind``: ``registered[name]``, else an installed entry
+    point, else ``path/to/file.py:Name`` / ``package.module:Name``; a clear error when it names
+    nothing or nothing callable (``what`` says what it should be)."""
+    if not isinstance(name, str):
+        raise TwinloopError(f"{kind} must be a name (str), got {type(name).__name__}")
+    if name in registered:
+        return registered[name]
+    f = entry_point(kind, name)
+    if f is None and is_spec(name):
+        f = load_object(name, kind)
+    if f is None:
+        raise unknown(kind, name, registered)
+    if not callable(f):
+        raise TwinloopError(f"{kind} {name!r} is a {type(f).__name__}, not {what}")
+    return f
+
+
 def unknown(kind: str, name: str, registered) -> TwinloopError:
     """The error for a name that is neither registered, installed nor a location: it lists the
     registered names and says how to name one's own."""

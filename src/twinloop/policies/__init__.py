@@ -140,18 +140,7 @@ class OpenLoopProposer:
 def proposer_factory(name: str) -> Callable:
     """The factory of proposer ``name``: a registered name, an installed entry point of group
     ``twinloop.proposers``, ``path/to/file.py:Name`` or ``package.module:Name``."""
-    if not isinstance(name, str):
-        raise TwinloopError(f"proposer must be a name (str), got {type(name).__name__}")
-    if name in PROPOSERS:
-        return PROPOSERS[name]
-    f = plugins.entry_point("proposer", name)
-    if f is None and plugins.is_spec(name):
-        f = plugins.load_object(name, "proposer")
-    if f is None:
-        raise plugins.unknown("proposer", name, PROPOSERS)
-    if not callable(f):
-        raise TwinloopError(f"proposer {name!r} is a {type(f).__name__}, not a class or function taking the task")
-    return f
+    return plugins.resolve("proposer", name, PROPOSERS, "a class or function taking the task")
 
 
 def check_proposer(name: str) -> str:

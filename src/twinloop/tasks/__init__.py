@@ -45,21 +45,10 @@ def register_task(name: str, factory: str | Callable[..., Task]) -> None:
 def task_factory(name: str) -> Callable[..., Task]:
     """The class (or function) that makes task ``name``: a registered name, an installed entry
     point of group ``twinloop.tasks``, ``path/to/file.py:Class`` or ``package.module:Class``."""
-    if not isinstance(name, str):
-        raise TwinloopError(f"task must be a name (str), got {type(name).__name__}")
-    if name in TASKS:
-        f = TASKS[name]
-        if isinstance(f, str):
-            module, attr = f.split(":")
-            f = getattr(importlib.import_module(module), attr)
-        return f
-    f = plugins.entry_point("task", name)
-    if f is None and plugins.is_spec(name):
-        f = plugins.load_object(name, "task")
-    if f is None:
-        raise plugins.unknown("task", name, TASKS)
-    if not callable(f):
-        raise TwinloopError(f"task {name!r} is a {type(f).__name__}, not a Task class or a function returning one")
+    f = plugins.resolve("task", name, TASKS, "a Task class or a function returning one")
+    if isinstance(f, str):  # a registered "module:Class", imported on first use
+        module, attr = f.split(":")
+        f = getattr(importlib.import_module(module), attr)
     return f
 
 
