@@ -631,7 +631,8 @@ def test_a_committed_repair_ends_when_its_chunk_is_spent(cloth, misplaced_towel)
 def test_repair_reach_and_commit_reach_the_controller(misplaced_towel):
     start = make_task("cloth-fold").initial_state(np.random.default_rng(0))
     cfg = RunConfig(task="cloth-fold", proposer="none", repair=True, repair_reach=0.5, repair_commit=0.2,
-                    video=False, record=False, refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True))
+                    video=False, record=False,
+                    refiner=RefinerConfig(num_samples=8, horizon=1.0, exact_prior=True, accept="always"))
     ctl = controller_in_world(cfg, "refined")[1]
     source = ctl.sources[0]
     assert source.commit == 0.2 and source.repair.config.reach == 0.5 and ctl.hooks == (source,)

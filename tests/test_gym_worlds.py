@@ -63,7 +63,7 @@ def test_a_third_party_env_world_is_seeded(block_push):
 
 
 def _monitored(tmp_path, world):
-    res = CliRunner().invoke(app, ["run", *SMALL, "--world", world, "--monitor", "flag", "--monitor-episodes", "2",
+    res = CliRunner().invoke(app, ["run", *SMALL, "--world", world, "--monitor", "flag", "--set", "monitor_episodes=2",
                                    "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     return json.loads((tmp_path / "summary.json").read_text())["monitor"]
