@@ -36,13 +36,13 @@ def _run(ctl, ticks=4, seed=0):
 
 def _rigged(ctl, hook, refined_wins: int):
     """Make the refined plan win under exactly ``refined_wins`` of the hook's particles; returns
-    the number of particles of each cost query."""
+    the number of particles and plans of each cost query."""
     n, calls = hook.n, []
 
-    def rigged(state, plan, params, line=None):
-        calls.append(len(params))
-        refined = len(calls) % 2 == 1  # the hook asks for the refined plan's costs, then the base's
-        return np.where(np.arange(n) < refined_wins, 0.0, 2.0) if refined else np.ones(n)
+    def rigged(state, plans, params, line=None):
+        calls.append((len(params), len(plans)))
+        refined = np.where(np.arange(n) < refined_wins, 0.0, 2.0)  # the refined plan first, then the base
+        return np.stack([refined, np.ones(n)], axis=1)
 
     ctl.refiner.plan_costs = rigged
     return calls
@@ -54,7 +54,7 @@ def test_robust_acceptance_sends_the_refined_plan_only_when_it_wins_under_every_
     calls = _rigged(ctl, hook, refined_wins=4)
     infos = _run(ctl, ticks=2)
     assert [t.accept for t in infos] == ["refined", "refined"]
-    assert calls == [4, 4, 4, 4]  # the refined plan and the base, under 4 particles, each tick
+    assert calls == [(4, 2), (4, 2)]  # the refined plan and the base, under 4 particles, each tick
 
     hook = RobustAcceptance(particles=4, quantile=1.0)
     ctl = _controller(task, [hook])
@@ -93,6 +93,7 @@ def test_robust_acceptance_particles_are_seeded_per_episode(task):
     hook.reset(3)
     np.testing.assert_array_equal(a, hook.params)
     np.testing.assert_array_equal(a[0], task.param_space().nominal)  # the nominal is always among them
+    assert len(hook.models) == 5  # built once an episode
     hook.reset(4)
     assert not np.array_equal(a, hook.params)
 

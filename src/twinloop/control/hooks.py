@@ -207,6 +207,9 @@ class RobustAcceptance(TickHook):
     def reset(self, seed: int | None = None) -> None:
         self.params = (self.space.prior_particles(np.random.default_rng([0 if seed is None else seed, 29]), self.n)
                        if len(self.space) else None)
+        # the particles' models, built once an episode (the twin keeps one set of models: the
+        # refiner's own would otherwise be rebuilt with these every tick)
+        self.models = None if self.params is None else self.space.models(self.refiner.twin.model, self.params)
         self.state = None
         self.counts = {"refined": 0, "base": 0}
 
@@ -221,9 +224,8 @@ class RobustAcceptance(TickHook):
             spec = self.refiner.spec
             base = replace(batch.prior, knots=np.clip(batch.prior.knots, spec.low, spec.high))
             line = self.controller.delay_line
-            j_ref = self.refiner.plan_costs(self.state, tick.plan, self.params, line)
-            j_base = self.refiner.plan_costs(self.state, base, self.params, line)
-            wins = int(np.sum(j_ref < j_base))
+            j = self.refiner.plan_costs(self.state, [tick.plan, base], self.models, line)  # (P, 2)
+            wins = int(np.sum(j[:, 0] < j[:, 1]))
             if wins >= self.quantile * self.n:
                 tick.accept = "refined"
                 self.counts["refined"] += 1

@@ -327,17 +327,17 @@ class Refiner:
         c[dropped] = np.inf
         return r, c, head.ok.size * split + tail.ok.size * (T - split)
 
-    def plan_costs(self, state: np.ndarray, plan: Plan, params: np.ndarray,
-                   in_flight: np.ndarray | None = None) -> np.ndarray:
-        """``(P,)`` task cost of one ``plan`` (with its detail) from ``state`` under each of the
-        ``(P, n)`` parameter particles ``params`` (``inf`` where a rollout went unstable), behind
-        the ``in_flight`` delay line as :meth:`evaluate` rolls it out."""
-        ctrl = self.basis.controls(plan.knots[None], plan.detail)
+    def plan_costs(self, state: np.ndarray, plans: Sequence[Plan], params, in_flight: np.ndarray | None = None) -> np.ndarray:
+        """``(P, M)`` task cost of ``M`` plans (each with its detail) from ``state`` under each of
+        ``P`` parameter particles (``(P, n)`` values or a list of P models of the scene; ``inf``
+        where a rollout went unstable), behind the ``in_flight`` delay line as :meth:`evaluate`
+        rolls them out, in one batched rollout."""
+        ctrl = np.concatenate([self.basis.controls(p.knots[None], p.detail) for p in plans])
         if self.delay_steps:
             ctrl = through_delay_line(ctrl, self.in_flight(state, in_flight))
         r = self.twin.rollout(state, ctrl, params)
-        c = np.asarray(self.task.cost(r), dtype=float)[:, 0]
-        return np.where(r.ok[:, 0] & np.isfinite(c), c, np.inf)
+        c = np.asarray(self.task.cost(r), dtype=float)
+        return np.where(r.ok & np.isfinite(c), c, np.inf)
 
     def score(self, r: Rollouts) -> np.ndarray:
         """``(K,)`` cost of rollouts: the task's, aggregated over particles, plus extra costs."""
