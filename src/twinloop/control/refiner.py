@@ -95,7 +95,9 @@ class RefinerConfig:
             refined plan beats the base proposal under ``accept_quantile`` of ``accept_particles``
             parameter particles drawn from the twin's prior; see
             :class:`~twinloop.control.hooks.RobustAcceptance`). Each tick then records which
-            plan was sent and why (``TickInfo.accept``).
+            plan was sent and why (``TickInfo.accept``). It applies to the comparison's refined
+            controller (``twinloop run``, ``demo``); the controllers of ``evaluate``, ``distill``
+            and ``rsr`` send the refiner's choice.
         accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
         accept_particles: ``robust``: parameter particles (the nominal and prior draws).
         accept_quantile: ``robust``: the fraction of them under which the refined plan must win.
