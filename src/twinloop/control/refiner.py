@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 
+from twinloop.control.prune import pruned_rollout
+from twinloop.control.result import RefineResult, _Search
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
 from twinloop.modifiers import through_delay_line
 from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
@@ -152,42 +154,6 @@ class RefinerConfig:
             raise TwinloopError(f"carry must be in [0, num_samples - 2], got {self.carry}")
 
 
-@dataclass
-class RefineResult:
-    """Outcome of one ``refine`` call.
-
-    Attributes:
-        plan: the best plan found (lowest aggregated cost seen in any iteration).
-        cost: its cost.
-        prior_cost: cost of the base proposal (``nan`` without one).
-        iterations: iterations completed before the deadline.
-        n_rollouts: trajectories simulated (P x K per iteration).
-        n_unstable: of those, how many went non-finite or unstable.
-        seconds: wall time.
-        rollouts: the last iteration's rollouts (for plotting ghost traces), if kept.
-        costs: the last iteration's ``(K,)`` aggregated costs.
-        n_steps: physics steps simulated (all particles, candidates and iterations).
-        elites: ``(M, N, nu)`` knots of the last iteration's ``config.carry`` best candidates.
-        optimizer_info: what the optimizer reported (``OptState.info``).
-        offered_costs: ``(M,)`` costs of the ``proposals`` as rehearsed in the first batch
-            (``nan`` for those that did not fit in it); ``None`` without proposals.
-    """
-
-    plan: Plan
-    cost: float
-    prior_cost: float
-    iterations: int
-    n_rollouts: int
-    n_unstable: int
-    seconds: float
-    rollouts: object = None
-    costs: np.ndarray | None = None
-    n_steps: int = 0
-    elites: np.ndarray | None = None
-    optimizer_info: dict = field(default_factory=dict)
-    offered_costs: np.ndarray | None = None
-
-
 class Refiner:
     """Refines a plan by rolling out candidates in a twin and re-selecting by cost.
 
@@ -300,34 +266,8 @@ class Refiner:
         if not self.prune_step:
             r = self.twin.rollout(state, ctrl, self.params)
             return r, self.score(r), r.ok.size * ctrl.shape[1]
-        split, (K, T, _) = self.prune_step, ctrl.shape
-        head = self.twin.rollout(state, ctrl[:, :split], self.params)
-        partial = self.score(head)
-        n_keep = max(keep, int(np.ceil(self.config.prune_keep * K)))
-        kept = np.zeros(K, bool)
-        kept[:keep] = True
-        for i in np.argsort(partial, kind="stable"):
-            if kept.sum() >= n_keep:
-                break
-            kept[i] = True
-        idx = np.flatnonzero(kept & np.isfinite(partial) | (np.arange(K) < keep))
-        starts = np.concatenate([head.qpos[0, idx, -1], head.qvel[0, idx, -1]], axis=1)
-        tail = self.twin.rollout_many(starts, ctrl[idx, split:], self.params)
-
-        def join(a, b):
-            out = np.concatenate([a, np.repeat(a[:, :, -1:], T - split, axis=2)], axis=2)
-            out[:, idx, split + 1:] = b[:, :, 1:]
-            return out
-
-        ok = head.ok.copy()
-        ok[:, idx] &= tail.ok
-        r = Rollouts(join(head.qpos, tail.qpos), join(head.qvel, tail.qvel),
-                     join(head.sensordata, tail.sensordata), ctrl, ok, head.dt)
-        c = self.score(r)
-        dropped = np.ones(K, bool)
-        dropped[idx] = False
-        c[dropped] = np.inf
-        return r, c, head.ok.size * split + tail.ok.size * (T - split)
+        n_keep = max(keep, int(np.ceil(self.config.prune_keep * len(ctrl))))
+        return pruned_rollout(self.twin, self.score, state, ctrl, self.params, self.prune_step, keep, n_keep)
 
     def plan_costs(self, state: np.ndarray, plans: Sequence[Plan], params, in_flight: np.ndarray | None = None) -> np.ndarray:
         """``(P, M)`` task cost of ``M`` plans (each with its detail) from ``state`` under each of
@@ -384,95 +324,120 @@ class Refiner:
         t0 = time.perf_counter()
         cfg = self.config
         s = as_array(state, "state", (self.task.nstate,))
-        lo, hi = self.spec.low, self.spec.high
         line = self.in_flight(s, in_flight) if self.delay_steps else None
-        if warm is None:
-            warm = prior if prior is not None else self.hold_plan((lo + hi) / 2)
-        for name, p in (("prior", prior), ("warm", warm)):
-            if p is not None and not isinstance(p, Plan):
-                raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
-            if p is not None and p.knots.shape != (self.spec.n_knots, self.spec.nu):
-                raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
-            if p is not None:  # named here: deeper down a NaN knot is only "ctrl contains NaN"
-                as_array(p.knots, f"{name} plan knots")
-                if p.detail is not None:
-                    as_array(p.detail, f"{name} plan detail")
-            if p is not None and p.detail is not None and p.detail.shape != (self.spec.horizon_ticks, self.spec.nu):
-                raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
-                                    f"{(self.spec.horizon_ticks, self.spec.nu)}")
+        lo, hi = self.spec.low, self.spec.high
+        warm = warm if warm is not None else prior if prior is not None else self.hold_plan((lo + hi) / 2)
+        self._check_plan("prior", prior)
+        self._check_plan("warm", warm)
         pk = None if prior is None else prior.knots
         ostate = self.optimizer.init(warm.knots, pk, lo, hi)
-        offered, offered_d = [], None  # a stochastic proposer's samples, in the first batch
-        if proposals is not None:
-            props = np.clip(as_array(proposals, "proposals", (None, *warm.knots.shape)), lo, hi)
-            ostate = ostate.with_(proposals=props)
-            offered = list(props)
-            if proposal_detail is not None:
-                offered_d = as_array(proposal_detail, "proposal_detail", (len(props), self.spec.horizon_ticks, self.spec.nu))
+        ostate, offered, offered_d, carried = self._first_extras(ostate, proposals, proposal_detail, carry)
         details = self._details(warm, prior, offered_d is not None)
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
-        carried = [] if carry is None else list(np.clip(as_array(carry, "carry", (None, *warm.knots.shape)), lo, hi))
-        best_k, best_c, prior_c = None, np.inf, np.nan
-        offered_c = np.full(len(offered), np.nan) if proposals is not None else None
-        prior_k = prior_d = None  # the prior as rehearsed (row 1 of the first batch)
-        n_roll = n_bad = it = n_steps = 0
-        last_r = last_c = None
-        iter_time = 0.0
-        while it < cfg.iterations:
-            if cfg.deadline is not None and it > 0 and (time.perf_counter() - t0) + iter_time > cfg.deadline:
-                break
+        found = _Search(offered_c=np.full(len(offered), np.nan) if proposals is not None else None)
+        it, iter_time = 0, 0.0
+        while it < cfg.iterations and not self._out_of_time(t0, it, iter_time):
             ti = time.perf_counter()
             incumbent = [ostate.mean] + fixed[1:] if it else fixed
             extra = [] if it else (offered + carried)[: max(cfg.num_samples - len(incumbent), 0)]
-            head = np.stack(incumbent + extra)
-            if ostate.suggested is not None:  # evaluated once, in place of as many samples
-                head = np.concatenate([head, ostate.suggested[: cfg.num_samples - len(head)]])
-                ostate = ostate.with_(suggested=None)
-            n_new = cfg.num_samples - len(head)
-            sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *warm.knots.shape))
-            cand = np.clip(np.concatenate([head, sampled]), lo, hi)
-            detail = None
-            if details is not None:  # the warm plan's for every candidate, the prior's for it (row 1)
-                detail = np.repeat(details[:1], len(cand), axis=0)
-                if prior is not None:
-                    detail[1] = details[1]
-                if offered_d is not None and it == 0:
-                    n_off = min(len(offered_d), len(cand) - len(incumbent))
-                    detail[len(incumbent) : len(incumbent) + n_off] = offered_d[:n_off]
+            cand, ostate = self._batch(ostate, incumbent + extra)
+            detail = self._batch_detail(details, len(cand), prior is not None, None if it else offered_d, len(incumbent))
             r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail, in_flight=line)
-            n_steps += steps
-            n_roll += r.ok.size
-            n_bad += r.n_unstable
-            if offered and it == 0:
-                n_off = min(len(offered), len(extra))
-                offered_c[:n_off] = c[len(incumbent) : len(incumbent) + n_off]
-            if pk is not None and it == 0:
-                prior_c, prior_k = float(c[1]), cand[1].copy()
-                prior_d = None if detail is None else detail[1]
-            finite = np.isfinite(c)
-            if finite.any():
-                j = int(np.argmin(np.where(finite, c, np.inf)))
-                if c[j] < best_c:
-                    best_c, best_k = float(c[j]), cand[j].copy()
-                    best_d = None if detail is None else detail[j]
-                fb = self._feedback(r, cand, c) if it + 1 < cfg.iterations else None
-                ostate = self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
-            last_r, last_c = r, c
+            found.record(r, c, steps, cand, detail)
+            if it == 0:
+                found.first_batch(c, cand, detail, len(incumbent), len(extra) if offered else 0, pk is not None)
+            ostate = self._update(ostate, r, cand, c, more=it + 1 < cfg.iterations)
             it += 1
             iter_time = time.perf_counter() - ti
-        if best_k is None:
-            raise RefinementFailed(f"all {n_roll} rollouts were non-finite or unstable; no plan to select")
+        return self._result(found, ostate, it, t0)
+
+    def _out_of_time(self, t0: float, it: int, iter_time: float) -> bool:
+        """Whether another iteration (as long as the last, ``iter_time`` s) would end past the
+        deadline of a call begun at ``t0``; the first iteration always runs."""
+        deadline = self.config.deadline
+        return deadline is not None and it > 0 and (time.perf_counter() - t0) + iter_time > deadline
+
+    def _update(self, ostate, r: Rollouts, cand: np.ndarray, c: np.ndarray, more: bool):
+        """The optimizer's state after a batch: updated on its finite candidates (told what the
+        batch did when ``more`` iterations follow); unchanged where none was finite."""
+        finite = np.isfinite(c)
+        if not finite.any():
+            return ostate
+        fb = self._feedback(r, cand, c) if more else None
+        return self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
+
+    def _check_plan(self, name: str, p: Plan | None) -> None:
+        """A clear error where the ``prior`` or ``warm`` plan does not fit this refiner."""
+        if p is None:
+            return
+        if not isinstance(p, Plan):
+            raise TwinloopError(f"{name} must be a Plan (see Refiner.plan_from_actions), got {type(p).__name__}")
+        if p.knots.shape != (self.spec.n_knots, self.spec.nu):
+            raise TwinloopError(f"{name} plan has knots {p.knots.shape}, expected {(self.spec.n_knots, self.spec.nu)}")
+        as_array(p.knots, f"{name} plan knots")  # named here: deeper down a NaN knot is only "ctrl contains NaN"
+        if p.detail is not None:
+            as_array(p.detail, f"{name} plan detail")
+            if p.detail.shape != (self.spec.horizon_ticks, self.spec.nu):
+                raise TwinloopError(f"{name} plan has detail {p.detail.shape}, expected "
+                                    f"{(self.spec.horizon_ticks, self.spec.nu)}")
+
+    def _first_extras(self, ostate, proposals, proposal_detail, carry):
+        """What joins the first batch: a stochastic proposer's ``(M, N, nu)`` samples (clipped;
+        the optimizer's state told of them), their ``(M, H, nu)`` detail, and the knots carried
+        from the last tick: ``(ostate, samples, detail, carried)``."""
+        lo, hi, shape = self.spec.low, self.spec.high, (None, self.spec.n_knots, self.spec.nu)
+        carried = [] if carry is None else list(np.clip(as_array(carry, "carry", shape), lo, hi))
+        if proposals is None:
+            return ostate, [], None, carried
+        props = np.clip(as_array(proposals, "proposals", shape), lo, hi)
+        detail = None
+        if proposal_detail is not None:
+            detail = as_array(proposal_detail, "proposal_detail", (len(props), self.spec.horizon_ticks, self.spec.nu))
+        return ostate.with_(proposals=props), list(props), detail, carried
+
+    def _batch(self, ostate, head: list):
+        """``(K, N, nu)`` candidates: the ``head`` knots, the optimizer's suggestions (evaluated
+        once, in place of as many samples), then its samples, clipped to the action bounds."""
+        head = np.stack(head)
+        if ostate.suggested is not None:
+            head = np.concatenate([head, ostate.suggested[: self.config.num_samples - len(head)]])
+            ostate = ostate.with_(suggested=None)
+        n_new = self.config.num_samples - len(head)
+        sampled = self.optimizer.sample(ostate, self.rng, n_new) if n_new > 0 else np.empty((0, *head.shape[1:]))
+        return np.clip(np.concatenate([head, sampled]), self.spec.low, self.spec.high), ostate
+
+    @staticmethod
+    def _batch_detail(details, n: int, has_prior: bool, offered_d, n_incumbent: int):
+        """``(K, H, nu)`` per-tick detail of a batch: the warm plan's for every candidate, the
+        prior's for it (row 1), the offered proposals' for them; ``None`` without any."""
+        if details is None:
+            return None
+        detail = np.repeat(details[:1], n, axis=0)
+        if has_prior:
+            detail[1] = details[1]
+        if offered_d is not None:
+            n_off = min(len(offered_d), n - n_incumbent)
+            detail[n_incumbent : n_incumbent + n_off] = offered_d[:n_off]
+        return detail
+
+    def _result(self, found: _Search, ostate, iterations: int, t0: float) -> RefineResult:
+        """The best plan found (the prior's where it is within ``prior_margin``), with the counts."""
+        cfg = self.config
+        if found.best_k is None:
+            raise RefinementFailed(f"all {found.n_roll} rollouts were non-finite or unstable; no plan to select")
+        best_k, best_c, best_d = found.best_k, found.best_c, found.best_d
+        prior_c = found.prior_c
         if cfg.prior_margin and np.isfinite(prior_c) and not best_c < prior_c - cfg.prior_margin * abs(prior_c):
-            best_k, best_c, best_d = prior_k, prior_c, prior_d
-        elites = None
+            best_k, best_c, best_d = found.prior_k, prior_c, found.prior_d
+        elites, last_c = None, found.last_c
         if cfg.carry:
             order = np.argsort(np.where(np.isfinite(last_c), last_c, np.inf), kind="stable")
-            elites = cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
+            elites = found.last_cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
         return RefineResult(
-            plan=Plan(best_k, self.spec, best_d), cost=best_c, prior_cost=prior_c, iterations=it,
-            n_rollouts=n_roll, n_unstable=n_bad, seconds=time.perf_counter() - t0,
-            rollouts=last_r if self.keep_rollouts else None, costs=last_c, n_steps=n_steps, elites=elites,
-            optimizer_info=dict(ostate.info), offered_costs=offered_c,
+            plan=Plan(best_k, self.spec, best_d), cost=best_c, prior_cost=prior_c, iterations=iterations,
+            n_rollouts=found.n_roll, n_unstable=found.n_bad, seconds=time.perf_counter() - t0,
+            rollouts=found.last_r if self.keep_rollouts else None, costs=last_c, n_steps=found.n_steps,
+            elites=elites, optimizer_info=dict(ostate.info), offered_costs=found.offered_c,
         )
 
     def _details(self, warm: Plan, prior: Plan | None, offered: bool = False) -> np.ndarray | None:
