@@ -35,167 +35,83 @@ folder without checksums) is read with its row counts checked only, and is not a
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import math
 import os
-import re
 import shutil
-import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from twinloop.data.dataset_check import DatasetCheck, check
 from twinloop.data.episodes import (
-    ACTION,
     EPISODE,
     INDEX,
-    OBS,
     REQUIRED,
     SUCCESS,
-    TWIN_QPOS,
-    TWIN_QVEL,
     TWINLOOP_COLUMNS,
-    WORLD_QPOS,
-    WORLD_QVEL,
     Episode,
     EpisodeRecorder,
     _dumps,
     _episode_from_table,
     _index,
-    _matrix,
     _scalar,
+)
+from twinloop.data.metadata import (  # noqa: F401 - CHUNKS_SIZE, INTEGRITY: re-exported
+    CHUNKS_SIZE,
+    CODEBASE_VERSION,
+    DATA_PATH,
+    INTEGRITY,
+    LEROBOT_KEYS,
+    META_FILES,
+    STORE,
+    VERSION_DIR,
+    check_entry,
+    check_info,
+    episode_stats,
+    features_of,
+    parse_jsonl,
+    sha256,
 )
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.io import OUT_MODES, atomic_write, fsync_path, read_json
 
-CODEBASE_VERSION = "v2.1"
-CHUNKS_SIZE = 1000
-DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-_LEROBOT_KEYS = ("fps", "robot_type", "chunks_size")
-#: info.json key of the commit: its version and the SHA-256 of the other metadata files
-INTEGRITY = "twinloop_integrity"
-META_FILES = ("episodes.jsonl", "episodes_stats.jsonl", "tasks.jsonl")
-STORE = ".twinloop"  # metadata versions and the lock
-_VERSION = re.compile(r"meta-(\d{6})$")
+# -- the dataset --------------------------------------------------------------------------------
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _parse_jsonl(data: bytes, path: Path) -> list[dict]:
-    out = []
-    for k, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TwinloopError(f"{path}, line {k}: not valid JSON ({exc})") from exc
-        if not isinstance(obj, dict):
-            raise TwinloopError(f"{path}, line {k}: expected a JSON object, got {type(obj).__name__}")
-        out.append(obj)
-    return out
-
-
-# -- LeRobot feature specs and stats ----------------------------------------------------------
-
-
-def _feature(typ: pa.DataType, n: int, names) -> dict:
-    if pa.types.is_string(typ):  # LeRobot's text feature (no stats)
-        return {"dtype": "string", "shape": [1], "names": None}
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
-        typ = typ.value_type
-    else:
-        n = 1
-    dtype = "bool" if pa.types.is_boolean(typ) else str(typ.to_pandas_dtype().__name__)
-    names = list(names) if names is not None and len(names) == n else None
-    return {"dtype": dtype, "shape": [n], "names": names}
-
-
-def _features(table: pa.Table, block: dict) -> dict:
-    """LeRobot feature specs of an episode table (names from the ``twinloop`` block)."""
-    names = {OBS: block.get("obs_names"), ACTION: block.get("action_names"),
-             TWIN_QPOS: block.get("qpos_names"), TWIN_QVEL: block.get("qvel_names"),
-             WORLD_QPOS: block.get("qpos_names"), WORLD_QVEL: block.get("qvel_names")}
-    out = {}
-    for f in table.schema:
-        col = table.column(f.name)
-        n = 1
-        if pa.types.is_list(f.type) or pa.types.is_large_list(f.type) or pa.types.is_fixed_size_list(f.type):
-            lengths = col.combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
-            n = int(lengths[0]) if len(lengths) else 0
-        out[f.name] = _feature(f.type, n, names.get(f.name))
-    return out
-
-
-def _episode_stats(table: pa.Table, features: dict) -> dict:
-    """LeRobot v2.1 per-episode stats (``nan``-aware; ``None`` where a value is all ``nan``)."""
-    stats = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns (e.g. refine.cost)
-        for name in features:
-            if features[name]["dtype"] == "string":
-                continue
-            m = _matrix(table, name, "stats")
-            fns = {"min": np.nanmin, "max": np.nanmax, "mean": np.nanmean, "std": np.nanstd}
-            s = {k: [None if not math.isfinite(v) else float(v) for v in fn(m, axis=0)] for k, fn in fns.items()}
-            s["count"] = [int(m.shape[0])]
-            stats[name] = s
-    return stats
-
-
-# -- metadata checks ----------------------------------------------------------------------------
-
-
-def _count(info: Mapping, key: str, path: Path, low: int = 0) -> int:
-    v = info.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise TwinloopError(f"{path}: {key!r} must be an integer >= {low}, got {v!r}")
-    return v
-
-
-def _check_info(info: dict, path: Path) -> None:
-    """The fields of info.json that reading relies on, with their types."""
+def _creation_info(info: Mapping) -> tuple[float, dict, int]:
+    """``(fps, twinloop block, chunks_size)`` of the ``info`` a new dataset is created with."""
+    if not isinstance(info, Mapping):
+        raise TwinloopError(f"info must be a dict, got {type(info).__name__}")
     fps = info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (math.isfinite(fps) and fps > 0):
-        raise TwinloopError(f"{path}: 'fps' must be a positive number, got {fps!r}")
-    _count(info, "chunks_size", path, low=1)
-    _count(info, "total_episodes", path)
-    _count(info, "total_frames", path)
-    if not isinstance(info.get("data_path"), str) or "{episode_index" not in info["data_path"]:
-        raise TwinloopError(f"{path}: 'data_path' must be a path pattern with {{episode_index}}, "
-                            f"got {info.get('data_path')!r}")
-    for key in ("features", "twinloop"):
-        if not isinstance(info.get(key, {}), dict):
-            raise TwinloopError(f"{path}: {key!r} must be an object, got {type(info[key]).__name__}")
-    integrity = info.get(INTEGRITY)
-    if integrity is not None and not (isinstance(integrity, dict) and isinstance(integrity.get("version"), int)
-                                      and isinstance(integrity.get("sha256"), dict)):
-        raise TwinloopError(f"{path}: {INTEGRITY!r} is malformed: {integrity!r}")
+        raise TwinloopError(f"info['fps'] must be a positive number (control ticks per second), got {fps!r}")
+    block = dict(info.get("twinloop") or {})
+    block.update({k: v for k, v in info.items() if k not in (*LEROBOT_KEYS, "twinloop")})
+    chunks = _index(info.get("chunks_size", CHUNKS_SIZE), "info['chunks_size']")
+    if chunks < 1:
+        raise TwinloopError("info['chunks_size'] must be >= 1")
+    return fps, block, chunks
 
 
-def _check_entry(e: dict, where: str, verified: bool) -> None:
-    i = e.get("episode_index")
-    if isinstance(i, bool) or not isinstance(i, int) or i < 0:
-        raise TwinloopError(f"{where}: episode_index must be an integer >= 0, got {i!r}")
-    n = e.get("length")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise TwinloopError(f"{where}: episode {i} has length {n!r}; expected an integer >= 1")
-    if verified:
-        t = e.get("twinloop")
-        if not (isinstance(t, dict) and isinstance(t.get("sha256"), str) and t.get("rows") == n
-                and isinstance(t.get("index_from"), int) and isinstance(t.get("file"), str)):
-            raise TwinloopError(f"{where}: episode {i} lacks its file record (file, sha256, rows, index_from)")
-
-
-# -- the dataset --------------------------------------------------------------------------------
+def _clear_for_new(root: Path, is_dataset: bool) -> None:
+    """Make room for a new dataset at ``root``: delete the dataset there (``overwrite``), or
+    check that the folder is empty but for an uncommitted create's store."""
+    if is_dataset:  # overwrite
+        shutil.rmtree(root)
+    elif root.is_dir():
+        # a create killed before its commit leaves only the store: ours, and nothing in it counts
+        other = sorted(e.name for e in root.iterdir() if e.name not in (STORE, ".twinloop-output"))
+        if other:
+            shown = ", ".join(other[:4]) + (", ..." if len(other) > 4 else "")
+            raise TwinloopError(f"{root} is not empty ({shown}); a new dataset needs an empty folder "
+                                "(or mode='resume' / 'overwrite' for a dataset there)")
+        shutil.rmtree(root / STORE, ignore_errors=True)
+    elif root.exists():
+        raise TwinloopError(f"{root} is a file, not a folder")
 
 
 class Dataset:
@@ -229,7 +145,7 @@ class Dataset:
             raise TwinloopError(f"{self.root} is not a dataset (no meta/info.json); "
                                 "make one with Dataset.create(root, info)")
         info = read_json(info_path, "dataset metadata")
-        _check_info(info, info_path)
+        check_info(info, info_path)
         integrity = info.get(INTEGRITY)
         self.verified = integrity is not None
         data = {}
@@ -245,7 +161,7 @@ class Dataset:
                 if data[name] is None:
                     raise TwinloopError(f"{path} is missing (meta/info.json lists {info['total_episodes']} "
                                         "episodes); the dataset's metadata is incomplete")
-                if _sha256(data[name]) != integrity["sha256"].get(name):
+                if sha256(data[name]) != integrity["sha256"].get(name):
                     raise TwinloopError(f"{path} does not match its checksum in meta/info.json: "
                                         "it was changed after the dataset was written")
         if data["episodes.jsonl"] is None and info["total_episodes"]:
@@ -253,8 +169,8 @@ class Dataset:
                                 f"{info['total_episodes']} episodes")
         where = str(meta / "episodes.jsonl")
         episodes: dict[int, dict] = {}
-        for e in _parse_jsonl(data["episodes.jsonl"] or b"", meta / "episodes.jsonl"):
-            _check_entry(e, where, self.verified)
+        for e in parse_jsonl(data["episodes.jsonl"] or b"", meta / "episodes.jsonl"):
+            check_entry(e, where, self.verified)
             if e["episode_index"] in episodes:
                 raise TwinloopError(f"{where}: episode {e['episode_index']} is listed twice")
             episodes[e["episode_index"]] = e
@@ -262,7 +178,7 @@ class Dataset:
         if (len(episodes), frames) != (info["total_episodes"], info["total_frames"]):
             raise TwinloopError(f"{info_path} says {info['total_episodes']} episodes and {info['total_frames']} "
                                 f"frames but {where} lists {len(episodes)} episodes and {frames} frames")
-        stats = _parse_jsonl(data["episodes_stats.jsonl"] or b"", meta / "episodes_stats.jsonl")
+        stats = parse_jsonl(data["episodes_stats.jsonl"] or b"", meta / "episodes_stats.jsonl")
         self._info = info
         self._episodes = episodes
         self._stats = {int(e["episode_index"]): e for e in stats if isinstance(e.get("episode_index"), int)}
@@ -284,16 +200,7 @@ class Dataset:
         """
         choose("dataset mode", mode, OUT_MODES)
         root = Path(root)
-        if not isinstance(info, Mapping):
-            raise TwinloopError(f"info must be a dict, got {type(info).__name__}")
-        fps = info.get("fps")
-        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (math.isfinite(fps) and fps > 0):
-            raise TwinloopError(f"info['fps'] must be a positive number (control ticks per second), got {fps!r}")
-        block = dict(info.get("twinloop") or {})
-        block.update({k: v for k, v in info.items() if k not in (*_LEROBOT_KEYS, "twinloop")})
-        chunks = _index(info.get("chunks_size", CHUNKS_SIZE), "info['chunks_size']")
-        if chunks < 1:
-            raise TwinloopError("info['chunks_size'] must be >= 1")
+        fps, block, chunks = _creation_info(info)
         meta = root / "meta"
         is_dataset = meta.exists() or meta.is_symlink()
         if is_dataset and mode == "resume":
@@ -306,18 +213,7 @@ class Dataset:
         if is_dataset and mode == "new":
             raise TwinloopError(f"a dataset already exists at {root}; open it with Dataset(root), or pass "
                                 "mode='resume' to continue it or mode='overwrite' to replace it")
-        if is_dataset:  # overwrite
-            shutil.rmtree(root)
-        elif root.is_dir():
-            # a create killed before its commit leaves only the store: ours, and nothing in it counts
-            other = sorted(e.name for e in root.iterdir() if e.name not in (STORE, ".twinloop-output"))
-            if other:
-                shown = ", ".join(other[:4]) + (", ..." if len(other) > 4 else "")
-                raise TwinloopError(f"{root} is not empty ({shown}); a new dataset needs an empty folder "
-                                    "(or mode='resume' / 'overwrite' for a dataset there)")
-            shutil.rmtree(root / STORE, ignore_errors=True)
-        elif root.exists():
-            raise TwinloopError(f"{root} is a file, not a folder")
+        _clear_for_new(root, is_dataset)
         ds = cls.__new__(cls)
         ds.root, ds.verified, ds._version = root, True, 0
         ds._episodes, ds._stats = {}, {}
@@ -371,7 +267,7 @@ class Dataset:
 
     def _committed_version(self) -> int | None:
         try:
-            m = _VERSION.search(os.readlink(self.root / "meta"))
+            m = VERSION_DIR.search(os.readlink(self.root / "meta"))
         except OSError:
             return None
         return int(m.group(1)) if m else None
@@ -389,7 +285,7 @@ class Dataset:
             "episodes_stats.jsonl": "".join(_dumps(stats[i], "stats") + "\n" for i in sorted(stats)),
             "tasks.jsonl": self._tasks,
         }
-        info = {**info, INTEGRITY: {"version": v, "sha256": {k: _sha256(t.encode()) for k, t in texts.items()}}}
+        info = {**info, INTEGRITY: {"version": v, "sha256": {k: sha256(t.encode()) for k, t in texts.items()}}}
         texts["info.json"] = _dumps(info, "info", indent=2)
         for k, t in texts.items():
             (folder / k).write_text(t)
@@ -437,7 +333,7 @@ class Dataset:
                                 "checksums; it can be read but not appended to (write a new dataset)")
         if ep in self._episodes:
             raise TwinloopError(f"episode {ep} is already in {self.root}; episode indices must be unique")
-        features = _features(table, self._info["twinloop"])
+        features = features_of(table, self._info["twinloop"])
         old = self._info["features"]
         if old and old != features:
             diff = sorted(k for k in set(old) | set(features) if old.get(k) != features.get(k))
@@ -453,14 +349,14 @@ class Dataset:
             path = self.path(ep)
             with atomic_write(path) as tmp:
                 pq.write_table(table, tmp)
-                digest = _sha256(tmp.read_bytes())
+                digest = sha256(tmp.read_bytes())
                 fsync_path(tmp)
             rel = path.relative_to(self.root).as_posix()
             entry = {"episode_index": ep, "tasks": [str(self._info["twinloop"].get("task", ""))], "length": T,
                      "success": bool(_scalar(table, SUCCESS, "episode table", np.bool_).any()),
                      "twinloop": {"file": rel, "sha256": digest, "rows": T, "index_from": start}}
             episodes = {**self._episodes, ep: entry}
-            stats = {**self._stats, ep: {"episode_index": ep, "stats": _episode_stats(table, features)}}
+            stats = {**self._stats, ep: {"episode_index": ep, "stats": episode_stats(table, features)}}
             info = {**self._info, "features": features, "total_episodes": len(episodes),
                     "total_frames": start + T, "splits": {"train": f"0:{len(episodes)}"},
                     "total_chunks": len({i // self._info["chunks_size"] for i in episodes})}
@@ -481,7 +377,7 @@ class Dataset:
         except OSError as exc:
             raise TwinloopError(f"cannot read {path}: {exc}") from exc
         record = entry.get("twinloop") if self.verified else None
-        digest = _sha256(data) if verify and record else None
+        digest = sha256(data) if verify and record else None
         if digest is not None and digest != record["sha256"]:
             other = [i for i, e in self._episodes.items() if i != episode_index and e["twinloop"]["sha256"] == digest]
             if other:
@@ -556,77 +452,6 @@ def datasets_under(root: str | os.PathLike, depth: int = 3) -> list[Path]:
             found += [p.parent.parent for p in root.glob("/".join(["*"] * level) + "/meta/info.json")]
     refined = root / "episodes" / "refined"
     return sorted(set(found), key=lambda p: (p != refined, str(p)))
-
-
-# -- checking -----------------------------------------------------------------------------------
-
-
-@dataclass
-class DatasetCheck:
-    """What :func:`check` found.
-
-    Attributes:
-        root: the dataset folder.
-        episodes: episodes listed in the committed metadata.
-        frames: frames they hold.
-        verified: episodes whose file matched its checksum, row count and index.
-        problems: what makes (part of) the dataset unreadable or untrustworthy.
-        notes: harmless leftovers (e.g. an interrupted writer's uncommitted episode file).
-    """
-
-    root: Path
-    episodes: int = 0
-    frames: int = 0
-    verified: int = 0
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def check(root: str | os.PathLike) -> DatasetCheck:
-    """Verify the dataset at ``root``: its metadata, every episode file, and leftovers; a LeRobot
-    v3.0 folder (twinloop's export) against its own metadata
-    (:func:`~twinloop.data.lerobot_check.check_lerobot`)."""
-    from twinloop.data.lerobot_check import check_lerobot, is_lerobot_v3
-
-    if is_lerobot_v3(root):
-        return check_lerobot(root)
-    out = DatasetCheck(Path(root))
-    try:
-        ds = Dataset(root)
-    except TwinloopError as exc:
-        out.problems.append(str(exc))
-        return out
-    out.episodes, out.frames = len(ds), int(ds.info["total_frames"])
-    if not ds.verified:
-        out.notes.append("no checksums (written by an older twinloop or another tool): "
-                         "row counts and episode indices checked only")
-    listed = set()
-    for i in ds.indices:
-        listed.add(ds.path(i).resolve())
-        try:
-            ds._table(i)
-            out.verified += 1
-        except TwinloopError as exc:
-            out.problems.append(str(exc))
-    data = ds.root / "data"
-    for f in sorted(data.rglob("*")) if data.is_dir() else []:
-        if not f.is_file():
-            continue
-        rel = f.relative_to(ds.root).as_posix()
-        if f.name.startswith("."):
-            out.notes.append(f"{rel}: a temp file of an interrupted write (ignored)")
-        elif f.suffix == ".parquet" and f.resolve() not in listed:
-            out.notes.append(f"{rel}: not listed in the metadata, e.g. an episode whose writer was "
-                             "interrupted before its commit (ignored; the next write replaces it)")
-    current = os.path.basename(os.readlink(ds.root / "meta")) if (ds.root / "meta").is_symlink() else None
-    for old in sorted((ds.root / STORE).glob("meta-*")):
-        if old.name != current:
-            out.notes.append(f"{STORE}/{old.name}: uncommitted or superseded metadata (ignored)")
-    return out
 
 
 __all__ = ["DATA_PATH", "Dataset", "DatasetCheck", "check", "datasets_under"]
