@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -236,74 +237,26 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     """
     t_start = time.perf_counter()
     cfg = config or CalibConfig()
-    if method is not None:
-        cfg = CalibConfig(**{**asdict(cfg), "method": method})
-    space = space if space is not None else task.param_space()
-    if len(space) == 0:
-        raise TwinloopError("the parameter space is empty: nothing to calibrate")
-    if cfg.bootstrap and space.has_signals:
-        raise TwinloopError("bootstrap bias correction simulates model parameters only; fit sensor and timing "
-                            "parameters with bootstrap=0")
+    cfg = cfg if method is None else CalibConfig(**{**asdict(cfg), "method": method})
+    space = _space_to_fit(task, space, cfg)
     x0 = space.nominal if x0 is None else space.check(np.asarray(x0, dtype=float), "x0")
-    trajs = as_trajectories(task, episodes)
-    if holdout is not None:
-        train, held = trajs, (as_trajectories(task, holdout) if len(holdout) else [])
-    else:
-        train, held = split_episodes(trajs, cfg.holdout_fraction, cfg.seed)
-    if twin is None:
-        twin = make_twin("mujoco", task.model, space)
-    elif list(twin.param_space.names) != space.names:
-        raise TwinloopError(f"twin varies {twin.param_space.names} but calibration fits {space.names}")
+    train, held = _train_and_holdout(task, episodes, holdout, cfg)
+    twin = _twin_for(task, space, twin)
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    noise = None if cfg.start_noise is None else state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
-
-    def window_problem(data: Sequence[Trajectory], delay) -> WindowProblem:
-        """The windows of ``data`` under this fit's error, space, start samples and noise."""
-        return WindowProblem(task, twin, _windows(task, data, cfg), error, space, delay,
-                             start_samples=cfg.start_samples, start_noise=noise)
-
-    problem = window_problem(train, cfg.delay_steps or 0)
-    problem, x, n_fit, eiv = _fit(problem, cfg, x0, progress)
-    bias, bias_cov, n_boot = np.zeros(len(space)), np.zeros((len(space), len(space))), 0
-    if cfg.bootstrap:
-        # the noise the recorded data show at the fit
-        if policy is None:
-            std = estimate_state_noise(task, train, x, space, int(problem.delay), twin, seed=cfg.seed)
-
-            def simulate(sign: float, rng: np.random.Generator) -> list[Trajectory]:
-                return simulate_like(problem, train, x, sign * std, rng)
-        else:
-            obs_std = estimate_obs_noise(task, train, x, space, int(problem.delay), twin, seed=cfg.seed)
-
-            def simulate(sign: float, rng: np.random.Generator) -> list[Trajectory]:
-                return simulate_closed_loop(problem, train, x, sign * obs_std, policy, rng)
-        refit_cfg = replace(cfg, delay_steps=int(problem.delay), bootstrap=0)
-
-        def refit(data: list[Trajectory]) -> tuple[np.ndarray, int]:
-            return _fit(window_problem(data, problem.delay), refit_cfg, x0, None)[1:3]  # the whole fit again, from where it started
-
-        bias, bias_cov, n_boot = bootstrap_bias(x, cfg.bootstrap, simulate, refit, cfg.seed)
+    window_problem = partial(_window_problem, task, twin, cfg, error, space)
+    problem, x, n_fit, eiv = _fit(window_problem(train, cfg.delay_steps or 0), cfg, x0, progress)
+    bias, bias_cov, n_boot = _bootstrap(task, problem, train, x, x0, twin, cfg, policy, window_problem)
     corrected = np.clip(x - bias, space.low, space.high)
     # the posterior's local fit is simulated outside the fitting budget
     local = Objective(problem)
     r0, r_fit = problem.residuals(np.stack([x0, corrected]), whiten=False)  # plain state errors, before/after
     post = summarize(local, x, space, jac_step=cfg.jac_step, null_tol=cfg.null_tol, max_rel_width=cfg.max_rel_width,
                      max_corr=cfg.max_corr, particles=cfg.particles, seed=cfg.seed)
-    hold_err = (float("nan"), float("nan"))
-    if held:
-        hp = window_problem(held, problem.delay)
-        hr = hp.residuals(np.stack([x0, corrected]))
-        hold_err = (_rms(hr[0]), _rms(hr[1]))
+    hold_err = _holdout_error(window_problem, held, problem.delay, x0, corrected)
     kept = cfg.keep_if_worse and hold_err[1] > hold_err[0]
-    acceptance = None
-    if cfg.acceptance is not None:  # the fit itself, whatever keep_if_worse returns
-        acceptance = control_check(task, held, twin, corrected, x0, problem.delay, 0.0, cfg.acceptance)
-    estimate = x0.copy() if kept else corrected
-    if kept or cfg.bootstrap:
-        # around the returned estimate; the bootstrap's own spread (its mean of B refits) added
-        post["covariance"] = post["covariance"] + bias_cov
-        post["interval"] = interval(estimate, post["covariance"], space)
-        post["particles"] = sample(estimate, post["covariance"], space, cfg.particles, cfg.seed)
+    acceptance = None if cfg.acceptance is None else (  # the fit itself, whatever keep_if_worse returns
+        control_check(task, held, twin, corrected, x0, problem.delay, 0.0, cfg.acceptance))
+    estimate = _around_estimate(post, x0.copy() if kept else corrected, bias_cov, space, cfg, kept)
     return Posterior(
         names=space.names, estimate=estimate, low=space.low, high=space.high, method=cfg.method,
         train_error=(_rms(r0), _rms(r_fit)), holdout_error=hold_err, n_evals=n_fit,
@@ -313,6 +266,89 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         errors_in_variables=bool(eiv), bias=bias if cfg.bootstrap else np.zeros(0), bootstrap_evals=n_boot,
         acceptance=acceptance, timestep=float(twin.dt), **post,
     )
+
+
+def _train_and_holdout(task: Task, episodes: Sequence, holdout: Sequence | None, cfg: CalibConfig):
+    """``(train, held)`` trajectories: ``episodes`` and ``holdout``, or a split of ``episodes``."""
+    trajs = as_trajectories(task, episodes)
+    if holdout is None:
+        return split_episodes(trajs, cfg.holdout_fraction, cfg.seed)
+    return trajs, (as_trajectories(task, holdout) if len(holdout) else [])
+
+
+def _window_problem(task: Task, twin, cfg: CalibConfig, error: StateError, space: ParamSpace,
+                    data: Sequence[Trajectory], delay) -> WindowProblem:
+    """The windows of ``data`` under a fit's error, space, start samples and start noise."""
+    noise = None if cfg.start_noise is None else state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
+    return WindowProblem(task, twin, _windows(task, data, cfg), error, space, delay,
+                         start_samples=cfg.start_samples, start_noise=noise)
+
+
+def _holdout_error(window_problem, held: Sequence[Trajectory], delay, x0: np.ndarray,
+                   x: np.ndarray) -> tuple[float, float]:
+    """RMS error on the ``held`` trajectories at ``x0`` and at ``x`` (``nan`` without any)."""
+    if not held:
+        return float("nan"), float("nan")
+    hr = window_problem(held, delay).residuals(np.stack([x0, x]))
+    return _rms(hr[0]), _rms(hr[1])
+
+
+def _around_estimate(post: dict, estimate: np.ndarray, bias_cov: np.ndarray, space: ParamSpace,
+                     cfg: CalibConfig, kept: bool) -> np.ndarray:
+    """``estimate``; where it is not the fit itself (the previous parameters ``kept``, or the
+    bootstrap's correction), ``post``'s covariance (plus the bootstrap's own spread, its mean of
+    B refits), interval and particles centred on it."""
+    if kept or cfg.bootstrap:
+        post["covariance"] = post["covariance"] + bias_cov
+        post["interval"] = interval(estimate, post["covariance"], space)
+        post["particles"] = sample(estimate, post["covariance"], space, cfg.particles, cfg.seed)
+    return estimate
+
+
+def _twin_for(task: Task, space: ParamSpace, twin):
+    """``twin`` (default: a new CPU MuJoCo twin of ``task.model``), checked to vary ``space``."""
+    if twin is None:
+        return make_twin("mujoco", task.model, space)
+    if list(twin.param_space.names) != space.names:
+        raise TwinloopError(f"twin varies {twin.param_space.names} but calibration fits {space.names}")
+    return twin
+
+
+def _space_to_fit(task: Task, space: ParamSpace | None, cfg: CalibConfig) -> ParamSpace:
+    """``space`` (default ``task.param_space()``), checked to hold something ``cfg`` can fit."""
+    space = space if space is not None else task.param_space()
+    if len(space) == 0:
+        raise TwinloopError("the parameter space is empty: nothing to calibrate")
+    if cfg.bootstrap and space.has_signals:
+        raise TwinloopError("bootstrap bias correction simulates model parameters only; fit sensor and timing "
+                            "parameters with bootstrap=0")
+    return space
+
+
+def _bootstrap(task: Task, problem: WindowProblem, train: Sequence[Trajectory], x: np.ndarray, x0: np.ndarray,
+               twin, cfg: CalibConfig, policy, window_problem) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(bias, its covariance, evaluations)`` of the fit ``x`` by ``cfg.bootstrap`` refits of
+    data simulated at ``x`` with the noise the recorded data show there (replayed, or run
+    closed loop under ``policy``); ``window_problem(data, delay)`` builds each refit's problem.
+    Zeros without ``cfg.bootstrap``."""
+    if not cfg.bootstrap:
+        return np.zeros(len(x)), np.zeros((len(x), len(x))), 0
+    if policy is None:
+        std = estimate_state_noise(task, train, x, problem.space, int(problem.delay), twin, seed=cfg.seed)
+
+        def simulate(sign: float, rng: np.random.Generator) -> list[Trajectory]:
+            return simulate_like(problem, train, x, sign * std, rng)
+    else:
+        obs_std = estimate_obs_noise(task, train, x, problem.space, int(problem.delay), twin, seed=cfg.seed)
+
+        def simulate(sign: float, rng: np.random.Generator) -> list[Trajectory]:
+            return simulate_closed_loop(problem, train, x, sign * obs_std, policy, rng)
+    refit_cfg = replace(cfg, delay_steps=int(problem.delay), bootstrap=0)
+
+    def refit(data: list[Trajectory]) -> tuple[np.ndarray, int]:
+        return _fit(window_problem(data, problem.delay), refit_cfg, x0, None)[1:3]  # the whole fit again, from where it started
+
+    return bootstrap_bias(x, cfg.bootstrap, simulate, refit, cfg.seed)
 
 
 def _fit(problem: WindowProblem, cfg: CalibConfig, x0: np.ndarray,

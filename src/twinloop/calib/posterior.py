@@ -33,6 +33,7 @@ import numpy as np
 
 from twinloop.calib.acceptance import Acceptance
 from twinloop.calib.problem import Objective
+from twinloop.calib.profile import _FLAT, profile_factors
 from twinloop.calib.report import format_report, json_load, json_safe
 from twinloop.errors import TwinloopError
 from twinloop.io import read_json
@@ -281,17 +282,8 @@ def laplace(H: np.ndarray, G: np.ndarray, rough: float, s2: float, scale: np.nda
     null = lam <= null_tol * lam_max if lam_max > 0 else np.ones(n, bool)
     inv_lam = np.where(null, 0.0, 1.0 / np.where(null, 1.0, lam))
     Hinv = (V * inv_lam) @ V.T
-    C = (s2 + rough) * Hinv
-    n_win = len(G)
-    if n_win >= 4 * n and not null.any():
-        # each window's own gradient varies with its noise *and* its contact roughness, so
-        # the sandwich already carries the roughness; without enough windows, allow for it.
-        # A sandwich with a (near) zero direction would claim a perfectly determined
-        # combination: keep the curvature-based C then.
-        S = Hinv @ (G.T @ G) @ Hinv * n_win / max(n_win - n, 1)
-        ls = np.linalg.eigvalsh((S + S.T) / 2)
-        if ls.min() > 1e-12 * ls.max():
-            C = S
+    C = _sandwich(Hinv, G) if not null.any() else None
+    C = (s2 + rough) * Hinv if C is None else C
     factors = np.ones(n)
     # variance along unconstrained directions is unbounded
     loads_null = (V[:, null] ** 2).sum(axis=1) > 1e-6
@@ -322,6 +314,22 @@ def laplace(H: np.ndarray, G: np.ndarray, rough: float, s2: float, scale: np.nda
     return cov, data_std, corr, null, V, sv, C, factors
 
 
+def _sandwich(Hinv: np.ndarray, G: np.ndarray) -> np.ndarray | None:
+    """The window-clustered sandwich ``H^-1 (sum_w g_w g_w') H^-1`` of ``(W, n)`` per-window
+    gradients, or ``None`` (use ``(s2 + rough) H^-1``) with fewer than ``4 n`` windows or a
+    (near) zero direction."""
+    n_win, n = len(G), len(Hinv)
+    if n_win < 4 * n:
+        return None
+    # each window's own gradient varies with its noise *and* its contact roughness, so the
+    # sandwich already carries the roughness; without enough windows, allow for it. A
+    # sandwich with a (near) zero direction would claim a perfectly determined combination:
+    # keep the curvature-based C then.
+    S = Hinv @ (G.T @ G) @ Hinv * n_win / max(n_win - n, 1)
+    ls = np.linalg.eigvalsh((S + S.T) / 2)
+    return S if ls.min() > 1e-12 * ls.max() else None
+
+
 def correlation(C: np.ndarray, undefined: np.ndarray) -> np.ndarray:
     """``(n, n)`` correlation of a covariance, within [-1, 1]; ``nan`` (undefined) in the rows
     and columns of ``undefined`` parameters and where a variance is not positive.
@@ -337,73 +345,6 @@ def correlation(C: np.ndarray, undefined: np.ndarray) -> np.ndarray:
     corr[bad, :] = np.nan
     corr[:, bad] = np.nan
     return corr
-
-
-_FLAT = 1e3  # widening that stands in for "flat as far as the profile check looked"
-_PROFILE_STEPS = (1.0, 2.0, 4.0, 8.0)
-
-
-def profile_factors(fn: Objective, x: np.ndarray, f0: float, s2: float, scale: np.ndarray, space: ParamSpace,
-                     Vc: np.ndarray, lc: np.ndarray) -> np.ndarray:
-    """How much wider than the Laplace approximation the 95% interval must be, per principal
-    direction of the data covariance.
-
-    The local quadratic fit measures curvature over a small neighbourhood; contact makes the
-    objective rough, and a fit that ends in a narrow dip sees a steep bowl where the objective
-    is in fact flat (a constant push fixes friction x mass, yet a dip can make the ratio look
-    determined). So walk out along each principal direction ``v_i`` to ``t`` times its
-    Laplace 95% half-width, ``t`` in 1, 2, 4, 8, both sides, and find where the objective has
-    risen by the 95% profile threshold ``chi2_1(0.95) / 2 * s^2 = 1.92 s^2`` plus twice the
-    objective's small-scale roughness, for good (at that step and every later one). The
-    roughness (per line) is the RMS departure from a parabola through its points at 0, 1/4,
-    1/2 and 1 half-width: a rise within it tells nothing, and ``x`` itself may sit in a dip
-    of it (rises count from the floor the nearby points stand on). The
-    direction's std is widened by that ``t`` (interpolated; never narrowed); ``inf`` when the
-    rise never comes, within the steps or before a bound.
-    """
-    n = len(x)
-    steps = np.asarray(_PROFILE_STEPS)
-    near = np.array([0.25, 0.5])
-    half = 1.96 * np.sqrt(lc)  # scaled units
-    pts, ends = [], []
-    for i in range(n):
-        for sign in (1.0, -1.0):
-            for t in (*steps, *near):
-                p = x + scale * (sign * t * half[i] * Vc[:, i])
-                pts.append(np.clip(p, space.low, space.high))
-                ends.append(not np.allclose(pts[-1], p))
-    R = fn(np.stack(pts))
-    k = len(steps) + len(near)
-    rise = (0.5 * (R**2).sum(axis=1) - f0).reshape(n, 2, k)
-    clipped = np.array(ends).reshape(n, 2, k)[..., : len(steps)]
-    # x may sit in a narrow dip below a flat floor: measure rises from the floor the nearby
-    # points stand on (their median departure from the Laplace quadratic), never from below x
-    rise -= max(0.0, float(np.median(rise[..., len(steps) :] - 1.92 * s2 * near**2)))
-    # small-scale roughness: the residual of a parabola through the inner points of each line
-    t_in = np.concatenate([[0.0], near, steps[:1], -near, -steps[:1]])
-    A = np.stack([np.ones_like(t_in), t_in, t_in**2], axis=1)
-    thr = np.zeros(n)
-    for i in range(n):
-        y = np.concatenate([[0.0], rise[i, 0, len(steps) :], rise[i, 0, :1], rise[i, 1, len(steps) :], rise[i, 1, :1]])
-        c, *_ = np.linalg.lstsq(A, y, rcond=None)
-        thr[i] = 1.92 * s2 + 2.0 * np.sqrt(np.sum((y - A @ c) ** 2) / (len(t_in) - 3))
-    rise = rise[..., : len(steps)]
-    out = np.ones(n)
-    for i in range(n):
-        for side in range(2):
-            above = rise[i, side] > thr[i]
-            # the first step from which the rise holds (a single spike up does not count)
-            held = np.flatnonzero(np.logical_and.accumulate(above[::-1])[::-1])
-            if not len(held) or clipped[i, side, : held[0]].any():
-                out[i] = np.inf
-                continue
-            j = int(held[0])
-            if j == 0:
-                continue
-            a, b = np.sqrt(max(rise[i, side, j - 1], 0.0)), np.sqrt(rise[i, side, j])
-            t = steps[j - 1] + (steps[j] - steps[j - 1]) * (np.sqrt(thr[i]) - a) / max(b - a, 1e-300)
-            out[i] = max(out[i], float(t))
-    return out
 
 
 def log_directions(x, H, C_u, null, scale, s2):

@@ -72,72 +72,99 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     """
     task = controller.task
     n = task.max_ticks if max_ticks is None else number(max_ticks, "max_ticks", low=1, integer=True)
-    rec = None
-    if record:
-        from twinloop.data.episodes import EpisodeRecorder
-
-        rec = EpisodeRecorder.for_task(task, episode_index)
+    rec = _recorder(task, episode_index) if record else None
     obs = world.reset(seed)
     controller.reset(seed)
     info = world.info()
-    traj = [info["qpos"]] if "qpos" in info else None
-    ghost_list = [] if ghosts is not None else None
-    compute = 0.0
-    success, failure = False, ""
-    k = held = 0  # held: consecutive ticks that met the task's success test
+    ep = _Progress(task, seed, obs, info, [info["qpos"]] if "qpos" in info else None,
+                   [] if ghosts is not None else None, rec)
     dwell = task.dwell_ticks()
-
-    def result() -> EpisodeResult:
-        final_q = info.get("qpos")
-        if final_q is None:
-            final_q = task.state_from_obs(obs)[: task.model.nq]
-        return EpisodeResult(
-            seed=seed, success=success, final_error=float(task.error(final_q)), ticks=k, failure=failure,
-            control_hz=k / compute if compute > 0 else float("inf"), fallbacks=controller.n_fallbacks,
-            qpos=None if traj is None else np.asarray(traj), ghosts=ghost_list, recorder=rec,
-        )
-
     try:
         while True:
-            k += 1
+            ep.k += 1
             t0 = time.perf_counter()
-            action = controller.act(obs, info)
-            compute += time.perf_counter() - t0
+            action = controller.act(ep.obs, ep.info)
+            ep.compute += time.perf_counter() - t0
             tick = controller.last
-            if ghost_list is not None:
-                ghost_list.append(ghosts(tick))
-            state = task.state_from_obs(obs)
+            if ep.ghosts is not None:
+                ep.ghosts.append(ghosts(tick))
+            state = task.state_from_obs(ep.obs)
             if rec is not None:
-                rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
-                        world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
-                        cost=tick.cost if tick is not None else float("nan"), tick=tick, plan=plan_row(tick, rec, k == 1, task.nu))
-            obs, info = world.step(action)
-            if traj is not None:
-                traj.append(info["qpos"])
-            truth = info.get("qpos")
-            q = truth if truth is not None else task.state_from_obs(obs)[: task.model.nq]
-            # a world's own verdict, when it gives one, is the judge; otherwise the task's test
-            failure = info.get("failure") or ""  # the world's own: no state after it counts
-            met = not failure and (bool(info["success"]) if "success" in info else bool(task.success(q)))
-            failure = failure or ("" if met else task.failure(q))
-            held = held + 1 if met else 0
-            # success must hold for the task's dwell (an object sliding through its goal has not
-            # reached it); a world that ends the episode itself gives its verdict there
-            success = held >= dwell or (met and bool(info.get("terminated")))
-            if ((success and stop_on_success) or failure or info.get("terminated") or info.get("truncated")
-                    or info.get("tick", k) >= n):
+                rec.add(ep.info.get("time", (ep.k - 1) * task.control_period), ep.obs, action, twin_state=state,
+                        world_qpos=ep.info.get("qpos"), world_qvel=ep.info.get("qvel"),
+                        cost=tick.cost if tick is not None else float("nan"), tick=tick,
+                        plan=plan_row(tick, rec, ep.k == 1, task.nu))
+            ep.obs, ep.info = world.step(action)
+            if ep.traj is not None:
+                ep.traj.append(ep.info["qpos"])
+            ep.judge(dwell)
+            if ep.over(stop_on_success, n):
                 break
     except BaseException as exc:  # a lost world, Ctrl-C: what was recorded travels with the exception
         try:
-            exc.episode = result()
+            exc.episode = ep.result(controller)
         except Exception:  # noqa: BLE001 - the exception on its way out is the one to report
             pass
         raise
     finally:
         controller.stop()
     if rec is not None:
-        rec.finish(success)
-    return result()
+        rec.finish(ep.success)
+    return ep.result(controller)
+
+
+def _recorder(task, episode_index: int):
+    from twinloop.data.episodes import EpisodeRecorder  # the data package only where recording
+
+    return EpisodeRecorder.for_task(task, episode_index)
+
+
+@dataclass
+class _Progress:
+    """What a running episode has seen: the last observation and info, the true positions and
+    ghosts kept, the compute time, the ticks, and the verdict so far."""
+
+    task: object
+    seed: int
+    obs: object
+    info: dict
+    traj: list | None
+    ghosts: list | None
+    rec: object
+    compute: float = 0.0
+    success: bool = False
+    failure: str = ""
+    k: int = 0
+    held: int = 0  # consecutive ticks that met the task's success test
+
+    def judge(self, dwell: int) -> None:
+        """The verdict after a world step: a world's own, when it gives one; else the task's test."""
+        info, task = self.info, self.task
+        truth = info.get("qpos")
+        q = truth if truth is not None else task.state_from_obs(self.obs)[: task.model.nq]
+        self.failure = info.get("failure") or ""  # the world's own: no state after it counts
+        met = not self.failure and (bool(info["success"]) if "success" in info else bool(task.success(q)))
+        self.failure = self.failure or ("" if met else task.failure(q))
+        self.held = self.held + 1 if met else 0
+        # success must hold for the task's dwell (an object sliding through its goal has not
+        # reached it); a world that ends the episode itself gives its verdict there
+        self.success = self.held >= dwell or (met and bool(info.get("terminated")))
+
+    def over(self, stop_on_success: bool, max_ticks: int) -> bool:
+        info = self.info
+        return bool((self.success and stop_on_success) or self.failure or info.get("terminated")
+                    or info.get("truncated") or info.get("tick", self.k) >= max_ticks)
+
+    def result(self, controller: Controller) -> EpisodeResult:
+        task, final_q = self.task, self.info.get("qpos")
+        if final_q is None:
+            final_q = task.state_from_obs(self.obs)[: task.model.nq]
+        return EpisodeResult(
+            seed=self.seed, success=self.success, final_error=float(task.error(final_q)), ticks=self.k,
+            failure=self.failure, control_hz=self.k / self.compute if self.compute > 0 else float("inf"),
+            fallbacks=controller.n_fallbacks, qpos=None if self.traj is None else np.asarray(self.traj),
+            ghosts=self.ghosts, recorder=self.rec,
+        )
 
 
 def plan_row(tick, rec, first: bool, nu: int) -> np.ndarray | None:
