@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 
 from twinloop import plugins
 from twinloop.errors import TwinloopError
-from twinloop.tasks.base import Residual, SceneTask, Task, Traj
+from twinloop.tasks.base import Residual, Task, Traj
+from twinloop.tasks.scene import SceneTask
 
 TASKS: dict[str, str | Callable[..., Task]] = {
     "push-t": "twinloop.tasks.push_t:PushT",

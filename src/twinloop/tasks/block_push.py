@@ -62,6 +62,12 @@ class BlockPush(Task):
     def edit_scene(self, spec: mujoco.MjSpec) -> None:
         edit_pusher_scene(spec, self.contacts, self.pusher)
 
+    def bullet_scene(self, pb, client: int, **options):
+        """The scene in PyBullet (see :class:`~twinloop.tasks.planar_bullet.PlanarPushScene`)."""
+        from twinloop.tasks.planar_bullet import PlanarPushScene
+
+        return PlanarPushScene(self, pb, client, **options)
+
     def description(self) -> str:
         x, y, yaw = self.goal
         return f"{super().description()} Goal: block_x = {x:.3f} m, block_y = {y:.3f} m, block_yaw = {yaw:.2f} rad."
