@@ -8,7 +8,8 @@ same thread count):
 
 Prints the ratio refine/raw (goal: <= 1.10) and the control rate a one-iteration refiner
 reaches at each K over a 1 s horizon (goal: >= 10 Hz at K >= 64), or over ``--horizon`` with
-the twin at ``--twin-timestep`` (as ``twinloop run`` builds it; default: the scene's step).
+the twin at ``--twin-timestep`` (as ``twinloop run --set planner.twin_timestep=S`` builds it;
+default: the scene's step).
 
 The start state is the task's first start state, or (``--warmup-ticks N``) where its scripted
 proposer has brought the nominal world after N ticks: in contact, for the contact-rich arm

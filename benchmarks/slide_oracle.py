@@ -1,7 +1,7 @@
 """Pivot's slide-down worlds: does a twin that knows the world win them at all?
 
-Over the worlds of ``twinloop run --task pivot --severity S --exact-prior --world-per-episode
---seed SEED --episodes N`` (world seed = episode seed), a world is a slide-down world when
+Over the worlds of ``twinloop run --task pivot --severity S --set planner.refiner.exact_prior=true
+--world-per-episode --seed SEED --episodes N`` (world seed = episode seed), a world is a slide-down world when
 the box, with the arm holding its hold action, fails (``task.failure``) within ``--ticks``
 ticks. For each, the refined episode (the run's refiner and proposer) is re-run with the
 refiner's twin at its nominal parameters, at the world's hidden parameters

@@ -1,6 +1,7 @@
 """The command line: `run` writes the shared summary schema, datasets and a video; bad input exits 2."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -46,7 +47,7 @@ def test_run_rehearses_behind_the_actuation_delay_it_is_given(tmp_path):
 
 
 def test_run_plans_under_prior_particles_when_asked(tmp_path):
-    s = run(tmp_path, "--no-video", "--no-record", "--particles", "3", "--set", "planner.refiner.risk=worst")
+    s = run(tmp_path, "--no-video", "--no-record", "--set", "planner.particles=3", "--set", "planner.refiner.risk=worst")
     assert s["config"]["planner"]["particles"] == 3 and s["config"]["planner"]["refiner"]["risk"] == "worst"
     space = make_task("block-push").param_space()
     _, _, _, refiner = build(RunConfig(task="block-push", particles=3))
@@ -57,13 +58,21 @@ def test_run_plans_under_prior_particles_when_asked(tmp_path):
     assert build(RunConfig(task="block-push"))[3].params is None
 
 
+def test_run_help_shows_at_most_25_options_and_the_rare_ones_take_set():
+    out = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    options = set(re.findall(r"^│ +(--[a-z][a-z-]*)", out, re.M))
+    assert len(options) <= 26, sorted(options)  # 25 and --help
+    assert not {"--exact-prior", "--particles", "--twin-timestep", "--world-seed"} & options
+    assert {"--task", "--world", "--episodes", "--set", "--recipe"} <= options
+
+
 def test_run_plans_with_the_knots_it_is_given(tmp_path):
     s = run(tmp_path, "--no-video", "--no-record", "--set", "planner.refiner.n_knots=3")
     assert s["config"]["planner"]["refiner"]["n_knots"] == 3
 
 
 def test_a_world_seed_runs_new_episodes_in_the_same_world(tmp_path):
-    s = run(tmp_path, "--no-video", "--no-record", "--seed", "1", "--world-seed", "0")
+    s = run(tmp_path, "--no-video", "--no-record", "--seed", "1", "--set", "experiment.world_seed=0")
     assert [e["seed"] for e in s["per_episode"]["refined"]] == [100_000, 100_001]
     assert {e["world_seed"] for e in s["per_episode"]["refined"]} == {0}
     hidden = lambda **kw: build(RunConfig(task="block-push", **kw), check_twin=False)[1].describe()["params"]  # noqa: E731
@@ -152,7 +161,7 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--set", "planner.backend=bullet"], "unknown backend 'bullet'"),
         (["--world", "mars"], "unknown world 'mars'"),
         (["--world", "gym"], "names no gymnasium env"),
-        (["--twin-timestep", "0.1"], "does not decide as 0.005 s does"),
+        (["--set", "planner.twin_timestep=0.1"], "does not decide as 0.005 s does"),
         (["--episodes", "0"], "episodes must be an integer >= 1, got 0"),
         (["-k", "1"], "num_samples must be an integer >= 2, got 1"),
         (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
@@ -160,7 +169,7 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--horizon", "nan"], "horizon (s) must be a finite number > 0, got nan"),
         (["--severity", "7"], "severity must be an integer >= 0 and <= 3, got 7"),
         (["--noise", "-0.1"], "MPPI noise must be a finite number > 0, got -0.1"),
-        (["--particles", "-1"], "particles must be an integer >= 0, got -1"),
+        (["--set", "planner.particles=-1"], "particles must be an integer >= 0, got -1"),
         (["--set", "planner.refiner.prior_margin=1.5"], "prior_margin must be a finite number >= 0 and < 1, got 1.5"),
         (["--set", "planner.refiner.actuation_delay=-0.01"], "actuation_delay (s) must be a finite number >= 0, got -0.01"),
         (["--set", "planner.refiner.actuation_delay=0.6"], "actuation_delay 0.6 s is not shorter than the horizon 0.5 s"),
@@ -342,7 +351,7 @@ def test_a_bad_posterior_is_refused_naming_the_problem(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text('{"names": ["x"]}')
     cases = [(tmp_path / "missing.json", [], "does not exist"), (other, [], "not the task's"),
-             (broken, [], "not a readable posterior.json"), (good, ["--particles", "5"], "holds 4 samples")]
+             (broken, [], "not a readable posterior.json"), (good, ["--set", "planner.particles=5"], "holds 4 samples")]
     for path, extra, msg in cases:
         res = runner.invoke(app, ["run", *SMALL, "--out", str(tmp_path / "o"), "--no-video", "--posterior", str(path),
                                   *extra])

@@ -87,14 +87,15 @@ def demo(
 
 DEMO_RECIPE = "push-t-demo"
 
-#: the fields `twinloop run` shows as options (the most used); every other one takes --set
+#: the fields `twinloop run` shows as options (the most used; at most ~25 with the command's own);
+#: every other one takes --set (planner.refiner.exact_prior, planner.particles, planner.twin_timestep,
+#: experiment.world_seed ...)
 RUN_OPTIONS = {
     "experiment.task": ("task",),
     "experiment.world": ("world",),
     "experiment.severity": ("severity",),
     "experiment.episodes": ("episodes",),
     "experiment.seed": ("seed",),
-    "experiment.world_seed": ("world-seed",),
     "experiment.world_per_episode": ("world-per-episode",),
     "experiment.max_ticks": ("max-ticks",),
     "experiment.out": ("out",),
@@ -105,10 +106,7 @@ RUN_OPTIONS = {
     "planner.optimizer": ("optimizer",),
     "planner.refiner.num_samples": ("num-samples", "-k"),
     "planner.refiner.horizon": ("horizon",),
-    "planner.refiner.exact_prior": ("exact-prior",),
     "planner.noise": ("noise",),
-    "planner.twin_timestep": ("twin-timestep",),
-    "planner.particles": ("particles",),
     "planner.posterior": ("posterior",),
     "realtime": ("realtime",),
     "monitor": ("monitor",),
