@@ -48,6 +48,26 @@ def test_param_error_is_the_largest_relative_error(uninterrupted):
         assert it["param_error"] == pytest.approx(max(errs))
 
 
+def test_param_error_is_reported_apart_for_identifiable_and_flagged_parameters(uninterrupted):
+    s = uninterrupted.summary
+    first, *later = s["rounds"]
+    assert first["param_error_identifiable"] is None and first["param_error_flagged"] is None  # nothing fitted yet
+    for it in later:
+        errs = {n: abs(it["estimate"][n] - s["truth"][n]) / s["truth"][n] for n in s["truth"]}
+        for key, want in (("param_error_identifiable", True), ("param_error_flagged", False)):
+            chosen = [e for n, e in errs.items() if it["identifiable"][n] is want]
+            assert it[key] == (pytest.approx(max(chosen)) if chosen else None)
+
+
+def test_relative_errors_split_by_identifiability():
+    from twinloop.calib.report import relative_errors
+
+    e = relative_errors([1.1, 2.0, 4.0], [1.0, 2.0, 2.0], identifiable=[True, True, False])
+    assert e == {"all": pytest.approx(1.0), "identifiable": pytest.approx(0.1), "flagged": pytest.approx(1.0)}
+    assert relative_errors([1.1], [1.0])["identifiable"] is None
+    assert relative_errors([1.1], [1.0], identifiable=[True])["flagged"] is None
+
+
 def test_a_killed_loop_resumes_where_it_stopped_with_the_same_result(uninterrupted, tmp_path):
     run_rsr(replace(TINY, rounds=1), tmp_path)  # the run that got killed after round 1 ...
     (tmp_path / "episodes" / "collect_02" / "meta").mkdir(parents=True)  # ... half-way into round 2

@@ -68,6 +68,22 @@ def format_report(post: Posterior, truth=None) -> str:
     return "\n".join(lines)
 
 
+def relative_errors(estimate, truth, identifiable=None) -> dict:
+    """The largest relative parameter error ``|x - x_true| / |x_true|``: over every parameter
+    (``all``), over those the data identify (``identifiable``) and over those flagged NOT
+    IDENTIFIABLE (``flagged``); ``None`` where that set is empty or (without ``identifiable``,
+    e.g. before any calibration) unknown. A flagged parameter's error says what the data could
+    not pin down; an identifiable one's is the calibration's."""
+    err = np.abs(np.asarray(estimate, dtype=float) - truth) / np.abs(np.asarray(truth, dtype=float))
+
+    def worst(mask) -> float | None:
+        return float(np.max(err[mask])) if np.any(mask) else None
+
+    ok = None if identifiable is None else np.asarray(identifiable, dtype=bool)
+    return {"all": worst(np.ones(len(err), bool)), "identifiable": None if ok is None else worst(ok),
+            "flagged": None if ok is None else worst(~ok)}
+
+
 def json_safe(v):
     """``v`` with non-finite floats as strings and NumPy scalars as Python ones."""
     if isinstance(v, float):

@@ -8,7 +8,9 @@ Round ``i`` (1..N)::
                estimate); the posterior's particles steer the next collection
     evaluate   run the refined controller with the calibrated twin (beta = 0) on fixed seeds:
                success rate; sim-real gap of the calibrated twin on those fresh episodes;
-               largest relative parameter error (where the world knows its hidden truth)
+               largest relative parameter error (where the world knows its hidden truth),
+               also apart over the parameters the calibration identifies and those it flags
+               NOT IDENTIFIABLE (what the data could not pin down)
 
 Round 0 evaluates the nominal twin the same way (the starting point of the curves).
 After every round the state (records, posterior) is written atomically to
@@ -33,6 +35,7 @@ import numpy as np
 from twinloop.calib.fit import CalibConfig, Posterior, calibrate
 from twinloop.calib.gap import GapConfig, gap
 from twinloop.calib.infogap import infogap_cost, observed_qpos
+from twinloop.calib.report import relative_errors
 from twinloop.control import Controller, Refiner
 from twinloop.data.dataset import Dataset
 from twinloop.data.episodes import recorded_on
@@ -237,12 +240,16 @@ class RSRLoop:
         results, eps = self._run(estimate[None], 0.0, seeds, f"eval_{round_:02d}", progress)
         g = gap(self.task, eps, estimate, replace(self.cfg.gap, seed=self.cfg.seed), twin=self.twin, space=self.space)
         k = sum(r.success for r in results)
+        errors = (dict.fromkeys(("all", "identifiable", "flagged")) if self.truth is None else
+                  relative_errors(estimate, self.truth, None if posterior is None else posterior.identifiable))
         rec = {
             "round": round_,
             "gap": g.value,
             "gap_ci": list(g.ci),
             "gap_metric": g.metric,
-            "param_error": None if self.truth is None else float(np.max(np.abs(estimate - self.truth) / np.abs(self.truth))),
+            "param_error": errors["all"],
+            "param_error_identifiable": errors["identifiable"],
+            "param_error_flagged": errors["flagged"],
             "success_rate": k / len(results),
             "success_ci": list(wilson(k, len(results))),
             "estimate": dict(zip(self.space.names, map(float, estimate), strict=True)),
@@ -324,8 +331,9 @@ class RSRLoop:
             state["completed"] = it
             write_json(self.out / STATE_FILE, state, allow_nan=False)  # the resume point
             if log:
-                log(f"round {it}: gap {rec['gap']:.4g} {rec['gap_ci']}, param error "
-                    f"{rec['param_error'] if rec['param_error'] is not None else 'n/a'}, success {rec['success_rate']:.0%}")
+                log(f"round {it}: gap {rec['gap']:.4g} {rec['gap_ci']}, param error {_pct(rec['param_error'])} "
+                    f"(identifiable {_pct(rec['param_error_identifiable'])}, flagged "
+                    f"{_pct(rec['param_error_flagged'])}), success {rec['success_rate']:.0%}")
         return self._finish(state, post, resumed_at, time.perf_counter() - t0)
 
     def _finish(self, state: dict, post: Posterior | None, resumed_at: int, seconds: float) -> RSRResult:
@@ -337,8 +345,9 @@ class RSRLoop:
             "seed": cfg.seed,
             "episodes": cfg.eval_episodes,
             "results": [r["result"] for r in done],
-            "rounds": [{k: r[k] for k in ("round", "gap", "gap_ci", "param_error", "success_rate",
-                                           "success_ci", "gap_metric", "estimate") if k in r} for r in done],
+            "rounds": [{k: r[k] for k in ("round", "gap", "gap_ci", "param_error", "param_error_identifiable",
+                                           "param_error_flagged", "success_rate", "success_ci", "gap_metric",
+                                           "estimate", "identifiable") if k in r} for r in done],
             "config": config_dict(cfg),
             "config_sources": self.sources,
             "params": self.space.names,
@@ -373,14 +382,20 @@ def rsr_table(summary: dict):
     rounds = summary["rounds"]
     metric = rounds[0].get("gap_metric", "gap") if rounds else "gap"
     t = Table(title=f"RSR on {summary['task']} (seed {summary['seed']}, beta {summary['config']['beta']:g})")
-    for col in ("round", f"gap ({metric})", "95% CI", "param error", "success", "success CI"):
+    for col in ("round", f"gap ({metric})", "95% CI", "param error", "identifiable", "flagged", "success",
+                "success CI"):
         t.add_column(col, justify="right")
     for r in rounds:
-        pe = r.get("param_error")
         t.add_row(str(r["round"]), f"{r['gap']:.4g}", f"[{r['gap_ci'][0]:.3g}, {r['gap_ci'][1]:.3g}]",
-                  "n/a" if pe is None else f"{100 * pe:.1f}%", f"{100 * r['success_rate']:.0f}%",
+                  _pct(r.get("param_error")), _pct(r.get("param_error_identifiable")),
+                  _pct(r.get("param_error_flagged")), f"{100 * r['success_rate']:.0f}%",
                   f"[{100 * r['success_ci'][0]:.0f}%, {100 * r['success_ci'][1]:.0f}%]")
     return t
+
+
+def _pct(v: float | None) -> str:
+    """A relative error as a percentage; ``n/a`` where there is none (no truth, no such parameter)."""
+    return "n/a" if v is None else f"{100 * v:.1f}%"
 
 
 __all__ = ["RSRConfig", "RSRLoop", "RSRResult", "make_rsr_world", "plot_rsr", "rsr_controller", "rsr_table", "run_rsr"]
