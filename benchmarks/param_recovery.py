@@ -98,7 +98,8 @@ def run(args) -> list[dict]:
                                       errors_in_variables=not args.no_eiv, start_samples=args.start_samples,
                                       start_iterations=args.start_iterations, start_noise=args.start_noise,
                                       stride=args.stride, start_quiet=args.start_quiet,
-                                      jac_step=args.jac_step, bootstrap=args.bootstrap)
+                                      jac_step=args.jac_step, bootstrap=args.bootstrap,
+                                      noise_from_data=args.noise_from_data)
                     t0 = time.perf_counter()
                     policy = (lambda i, t=task, k=kind: t.excitation(i, k)) if args.bootstrap_closed_loop else None
                     post = calibrate(task, trajs, space, config=cfg, policy=policy)
@@ -126,7 +127,8 @@ def table(rows: list[dict], args) -> Table:
     t = Table(title=f"parameter recovery (friction, mass): {args.seeds} seeds, budget {args.max_evals} evaluations, "
                     f"noise {args.pos_noise * 1000:g} mm / {args.ang_noise:g} rad / {args.vel_noise:g} m/s, "
                     f"window {args.window}, {args.ticks} ticks, errors in variables {'off' if args.no_eiv else 'on'}, "
-                    f"start samples {args.start_samples}, start noise {args.start_noise or 'one error unit'}, "
+                    f"start samples {args.start_samples}, start noise "
+                    f"{args.start_noise or ('from the data' if args.noise_from_data else 'one error unit')}, "
                     f"start iterations {args.start_iterations}, seeds from {args.seed_offset}, "
                     f"stride {args.stride or args.window}, quiet ticks {args.start_quiet}, bootstrap {args.bootstrap}"
                     f"{' closed loop' if args.bootstrap_closed_loop else ''}{', policy on clean observations' * args.clean_policy}")
@@ -156,6 +158,8 @@ def main() -> None:
     p.add_argument("--start-noise", type=float, nargs=3, default=None, metavar=("POS", "ANG", "VEL"),
                    help="std of the start noise that --start-samples draws and errors in variables profiles out "
                         "(m, rad, m/s; default: one error unit)")
+    p.add_argument("--noise-from-data", action="store_true",
+                   help="estimate the start noise from the data when --start-noise is not given")
     p.add_argument("--start-iterations", type=int, default=CalibConfig.start_iterations,
                    help="estimate each window's start jointly with the parameters (Gauss-Newton steps; 0: off)")
     p.add_argument("--start-quiet", type=int, default=CalibConfig.start_quiet,

@@ -85,6 +85,11 @@ class CalibConfig:
             [0.68%, 1.21%]; coverage 100%), the issue's <= 1% as a point estimate; not better
             on every 10 of them (seeds 10-19: 0.65% -> 0.84%). Without ``start_samples`` it is
             worse (2.8% -> 3.4%, 5 seeds).
+        noise_from_data: with ``start_noise`` not given, estimate the noise on the recorded
+            starts from the training data instead of taking one error unit: one tick replayed
+            from every recorded state at the starting point ``x0`` (see
+            :func:`~twinloop.calib.noise.estimate_state_noise`; model error left at ``x0``
+            inflates it, never shrinks it). Needs 8 transitions (fewer: the error units).
         errors_in_variables: treat each window's recorded start state as a noisy observation
             (with the noise the error units imply) and profile its noise out, see
             :meth:`~twinloop.calib.problem.WindowProblem.with_start_noise`; False trusts the starts;
@@ -146,6 +151,7 @@ class CalibConfig:
     errors_in_variables: bool | None = None
     start_samples: int = 0
     start_noise: tuple[float, float, float] | None = None
+    noise_from_data: bool = False
     start_iterations: int = 0
     bootstrap: int = 0
     delay_steps: int | None = 0
@@ -200,7 +206,7 @@ class CalibConfig:
             object.__setattr__(self, "acceptance", AcceptanceConfig(**self.acceptance))
         if self.acceptance is not None and not isinstance(self.acceptance, AcceptanceConfig):
             raise TwinloopError(f"acceptance must be an AcceptanceConfig or None, got {type(self.acceptance).__name__}")
-        for k in ("use_velocity", "errors_in_variables", "keep_if_worse"):
+        for k in ("use_velocity", "errors_in_variables", "keep_if_worse", "noise_from_data"):
             v = getattr(self, k)
             if not isinstance(v, (bool, np.bool_)) and not (k == "errors_in_variables" and v is None):
                 raise TwinloopError(f"{k} must be True or False{' or None' * (k == 'errors_in_variables')}, got {v!r}")
@@ -243,7 +249,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     train, held = _train_and_holdout(task, episodes, holdout, cfg)
     twin = _twin_for(task, space, twin)
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    window_problem = partial(_window_problem, task, twin, cfg, error, space)
+    window_problem = partial(_window_problem, task, twin, cfg, error, space, _start_noise(task, train, x0, twin, cfg))
     problem, x, n_fit, eiv = _fit(window_problem(train, cfg.delay_steps or 0), cfg, x0, progress)
     bias, bias_cov, n_boot = _bootstrap(task, problem, train, x, x0, twin, cfg, policy, window_problem)
     corrected = np.clip(x - bias, space.low, space.high)
@@ -276,10 +282,22 @@ def _train_and_holdout(task: Task, episodes: Sequence, holdout: Sequence | None,
     return trajs, (as_trajectories(task, holdout) if len(holdout) else [])
 
 
-def _window_problem(task: Task, twin, cfg: CalibConfig, error: StateError, space: ParamSpace,
+def _start_noise(task: Task, train: Sequence[Trajectory], x0: np.ndarray, twin, cfg: CalibConfig):
+    """``(nstate,)`` std of the noise on the recorded starts (state units): ``cfg.start_noise``,
+    or (``cfg.noise_from_data``) estimated from ``train`` at ``x0``; ``None``: one error unit."""
+    if cfg.start_noise is not None:
+        return state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
+    if not cfg.noise_from_data:
+        return None
+    try:
+        return estimate_state_noise(task, train, x0, twin.param_space, cfg.delay_steps or 0, twin, seed=cfg.seed)
+    except TwinloopError:  # too few transitions to tell the noise from the motion
+        return None
+
+
+def _window_problem(task: Task, twin, cfg: CalibConfig, error: StateError, space: ParamSpace, noise,
                     data: Sequence[Trajectory], delay) -> WindowProblem:
-    """The windows of ``data`` under a fit's error, space, start samples and start noise."""
-    noise = None if cfg.start_noise is None else state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
+    """The windows of ``data`` under a fit's error, space, start samples and start ``noise``."""
     return WindowProblem(task, twin, _windows(task, data, cfg), error, space, delay,
                          start_samples=cfg.start_samples, start_noise=noise)
 
