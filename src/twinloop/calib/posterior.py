@@ -33,7 +33,7 @@ import numpy as np
 
 from twinloop.calib.acceptance import Acceptance
 from twinloop.calib.problem import Objective
-from twinloop.calib.profile import _FLAT, profile_factors
+from twinloop.calib.profile import FLAT_WIDENING, profile_factors
 from twinloop.calib.report import format_report, json_load, json_safe
 from twinloop.errors import TwinloopError
 from twinloop.io import read_json
@@ -295,7 +295,7 @@ def laplace(H: np.ndarray, G: np.ndarray, rough: float, s2: float, scale: np.nda
         lc = np.maximum(lc, 1e-12 * lc.max())  # C is positive definite here; guard rounding only
         factors = profile(Vc, lc)
         flat = ~np.isfinite(factors)
-        C = (Vc * (lc * np.where(flat, _FLAT, factors) ** 2)) @ Vc.T  # finite stand-in for flat
+        C = (Vc * (lc * np.where(flat, FLAT_WIDENING, factors) ** 2)) @ Vc.T  # finite stand-in for flat
         var = np.diag(C).copy()
         var[(Vc[:, flat] ** 2).sum(axis=1) > 1e-6] = np.inf
         prec = (Vc * np.where(flat, 0.0, 1.0 / (lc * np.where(flat, 1.0, factors) ** 2))) @ Vc.T
@@ -426,7 +426,7 @@ def summarize(fn: Objective, x: np.ndarray, space: ParamSpace, *, jac_step: floa
 
     cov, data_std, corr, null, V, sv, C_u, factors = laplace(H, G, rough, s2, scale, space, null_tol, profile)
     dirs, dir_std = log_directions(x, H, C_u, null, scale, s2)
-    dir_std = np.where(dir_std > 0.1 * _FLAT, np.inf, dir_std)  # the stand-in for a flat direction
+    dir_std = np.where(dir_std > 0.1 * FLAT_WIDENING, np.inf, dir_std)  # the stand-in for a flat direction
     ok, reasons, confounded = identifiability(x, data_std, corr, null, V, space, max_rel_width, max_corr)
     # a data-only std a thousand times the bound width says "unconstrained", not a number
     data_std = np.where(data_std > 1e3 * (space.high - space.low), np.inf, data_std)

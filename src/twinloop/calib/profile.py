@@ -8,7 +8,7 @@ import numpy as np
 from twinloop.calib.problem import Objective
 from twinloop.params import ParamSpace
 
-_FLAT = 1e3  # widening that stands in for "flat as far as the profile check looked"
+FLAT_WIDENING = 1e3  # widening that stands in for "flat as far as the profile check looked"
 _PROFILE_STEPS = (1.0, 2.0, 4.0, 8.0)
 _NEAR = (0.25, 0.5)  # inner points of each line, in half-widths: the floor and the roughness
 

@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 
 from twinloop.control.prune import pruned_rollout
-from twinloop.control.result import RefineResult, _Search
+from twinloop.control.result import RefineResult, RefineSearch
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
 from twinloop.modifiers import through_delay_line
 from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
@@ -334,7 +334,7 @@ class Refiner:
         ostate, offered, offered_d, carried = self._first_extras(ostate, proposals, proposal_detail, carry)
         details = self._details(warm, prior, offered_d is not None)
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
-        found = _Search(offered_c=np.full(len(offered), np.nan) if proposals is not None else None)
+        found = RefineSearch(offered_c=np.full(len(offered), np.nan) if proposals is not None else None)
         it, iter_time = 0, 0.0
         while it < cfg.iterations and not self._out_of_time(t0, it, iter_time):
             ti = time.perf_counter()
@@ -420,7 +420,7 @@ class Refiner:
             detail[n_incumbent : n_incumbent + n_off] = offered_d[:n_off]
         return detail
 
-    def _result(self, found: _Search, ostate, iterations: int, t0: float) -> RefineResult:
+    def _result(self, found: RefineSearch, ostate, iterations: int, t0: float) -> RefineResult:
         """The best plan found (the prior's where it is within ``prior_margin``), with the counts."""
         cfg = self.config
         if found.best_k is None:

@@ -47,7 +47,7 @@ class RefineResult:
 
 
 @dataclass
-class _Search:
+class RefineSearch:
     """What one ``refine`` call has found so far: the best candidate, the prior as rehearsed
     (row 1 of the first batch), the offered proposals' costs, the last batch, the counts."""
 
