@@ -87,15 +87,15 @@ def demo(
 
 DEMO_RECIPE = "push-t-demo"
 
-#: the fields `twinloop run` shows as options (the most used; at most ~25 with the command's own);
-#: every other one takes --set (planner.refiner.exact_prior, planner.particles, planner.twin_timestep,
-#: experiment.world_seed ...)
+#: the fields `twinloop run` shows as options (the most used; about 25 with the command's own);
+#: every other one takes --set (planner.refiner.exact_prior, planner.particles, planner.twin_timestep ...)
 RUN_OPTIONS = {
     "experiment.task": ("task",),
     "experiment.world": ("world",),
     "experiment.severity": ("severity",),
     "experiment.episodes": ("episodes",),
     "experiment.seed": ("seed",),
+    "experiment.world_seed": ("world-seed",),
     "experiment.world_per_episode": ("world-per-episode",),
     "experiment.max_ticks": ("max-ticks",),
     "experiment.out": ("out",),
