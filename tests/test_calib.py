@@ -592,3 +592,9 @@ def test_bootstrap_is_a_non_negative_count_and_refuses_signal_parameters(task, e
     space = ParamSpace.from_model(task.model, ["block"], ["mass", "delay"])
     with pytest.raises(TwinloopError, match="bootstrap bias correction simulates model parameters only"):
         calibrate(task, excited, space, config=CalibConfig(max_evals=30, errors_in_variables=False, bootstrap=2))
+
+
+def test_the_calibrate_command_estimates_the_start_noise_where_the_library_takes_error_units():
+    from twinloop.run.calibrate import CalibrateConfig
+
+    assert CalibrateConfig().calib.noise_from_data and not CalibConfig().noise_from_data

@@ -24,7 +24,10 @@ class CalibrateConfig:
             ``sliding``, ``kp`` ...; see ``twinloop.params.KINDS``).
         bodies: with ``kinds``, the bodies (``None``: every moving body).
         calib: the fit (:class:`~twinloop.calib.fit.CalibConfig`): its method, windows, budget,
-            held-out share and seed; the replay's actuation delay is estimated unless given.
+            held-out share and seed; the replay's actuation delay is estimated unless given, and
+            so is the noise on the recorded starts (``noise_from_data``; push-t, 4 seeds x 3
+            excited trajectories: median error 9.5% -> 8.4%, p90 23% -> 12%, coverage 100%
+            both, flagged 2/4 -> 3/4).
         lerobot: read foreign LeRobot Parquet instead of a twinloop dataset.
         column_map: LeRobot columns, e.g. ``obs=observation.state,action=action``.
         fps: frames per second of LeRobot data without timestamps (``None``: the task's).
@@ -36,7 +39,8 @@ class CalibrateConfig:
     params: tuple[str, ...] | None = None
     kinds: tuple[str, ...] | None = None
     bodies: tuple[str, ...] | None = None
-    calib: CalibConfig = field(default_factory=lambda: CalibConfig(delay_steps=None, holdout_fraction=0.2))
+    calib: CalibConfig = field(default_factory=lambda: CalibConfig(delay_steps=None, holdout_fraction=0.2,
+                                                                  noise_from_data=True))
     lerobot: bool = False
     column_map: str = ""
     fps: float | None = None
