@@ -25,9 +25,8 @@ class CalibrateConfig:
         bodies: with ``kinds``, the bodies (``None``: every moving body).
         calib: the fit (:class:`~twinloop.calib.fit.CalibConfig`): its method, windows, budget,
             held-out share and seed; the replay's actuation delay is estimated unless given, and
-            so is the noise on the recorded starts (``noise_from_data``; push-t, 4 seeds x 3
-            excited trajectories: median error 9.5% -> 8.4%, p90 23% -> 12%, coverage 100%
-            both, flagged 2/4 -> 3/4).
+            so is the noise on the recorded starts (``noise_from_data``; compare with
+            ``benchmarks/param_recovery.py --noise-from-data``).
         lerobot: read foreign LeRobot Parquet instead of a twinloop dataset.
         column_map: LeRobot columns, e.g. ``obs=observation.state,action=action``.
         fps: frames per second of LeRobot data without timestamps (``None``: the task's).
