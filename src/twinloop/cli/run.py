@@ -112,6 +112,8 @@ RUN_OPTIONS = {
     "planner.posterior": ("posterior",),
     "realtime": ("realtime",),
     "monitor": ("monitor",),
+    "observe": ("observe",),
+    "perception": ("perception",),
 }
 
 

@@ -49,11 +49,14 @@ from twinloop.tasks import task_defaults
 from twinloop.viz.plots import plot_comparison
 from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
 from twinloop.worlds import SEEDED_WORLDS, PerEpisodeWorld, RealtimeWorld, SimWorld
+from twinloop.worlds.camera import CameraWorld
 
 #: the flat names of the grasp section's fields (``RunConfig(repair=True, repair_push=2)``)
 GRASP_NAMES = {"repair": "grasp.repair", "repair_push": "grasp.push", "repair_reach": "grasp.reach",
                "repair_regrasp_reach": "grasp.regrasp_reach", "repair_commit": "grasp.commit",
                "observer": "grasp.observer"}
+#: what a run's controllers can see (``RunConfig.observe``)
+OBSERVE = ("state", "rgb")
 
 
 @composed(GRASP_NAMES)
@@ -89,6 +92,12 @@ class RunConfig:
             nominal counterpart of the world (its noise, delay and engine); simulated worlds, not
             in real time.
         monitor_episodes: nominal episodes the monitor's threshold is calibrated on.
+        observe: what the controllers see: ``state`` (the world's observation vector) | ``rgb``
+            (camera images of a simulated world, under an appearance shift of the world's
+            ``severity`` drawn by its seed, plus the robot's own joint state; needs
+            ``perception``). Not in real time.
+        perception: the perception checkpoint (``twinloop perception train``) that reads the
+            images with ``observe='rgb'``.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -106,6 +115,8 @@ class RunConfig:
     token: str | None = field(default=None, repr=False)
     monitor: str | None = None
     monitor_episodes: int = 4
+    observe: str = "state"
+    perception: str | None = None
 
     def __post_init__(self):
         for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("grasp", GraspConfig),
@@ -124,6 +135,10 @@ class RunConfig:
                                                             integer=True))
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
+        choose("observe", self.observe, OBSERVE)
+        if (self.observe == "rgb") != (self.perception is not None):
+            raise TwinloopError("observe='rgb' reads images with a perception checkpoint: give both --observe rgb and "
+                                f"--perception CKPT (got observe={self.observe!r}, perception={self.perception!r})")
         if self.realtime:
             self._check_realtime()
 
@@ -136,6 +151,8 @@ class RunConfig:
                  "cannot run in real time (realtime=True)"),
                 (g.commit is not None, "repair_commit carries a repair on tick by tick; it cannot run in real time "
                  "(realtime=True)"),
+                (self.observe == "rgb", "observe='rgb' renders the world's images between its steps; it cannot run "
+                 "in real time (realtime=True)"),
                 (g.observer, "observer=True predicts the last estimate one control tick ahead; the real-time "
                  "controller's ticks have no fixed period (realtime=True)")):
             if on:
@@ -150,7 +167,7 @@ def episode_stats(world, controller) -> dict:
     (``peak_body_speed`` in m/s, ``peak_body``: what ``Task.max_body_speed`` bounds)."""
     out = {}
     sim = world
-    while isinstance(sim, (RealtimeWorld, PerEpisodeWorld)):
+    while isinstance(sim, (RealtimeWorld, PerEpisodeWorld, CameraWorld)):
         sim = sim.world
     if isinstance(sim, SimWorld):
         out.update(peak_body_speed=round(sim.peak_speed, 4), peak_body=sim.model.body(sim.peak_body).name)

@@ -106,9 +106,9 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
             tick = controller.last
             if ghost_list is not None:
                 ghost_list.append(ghosts(tick))
-            state = task.state_from_obs(obs)
+            seen, state = observed(task, controller, obs)
             if rec is not None:
-                rec.add(info.get("time", (k - 1) * task.control_period), obs, action, twin_state=state,
+                rec.add(info.get("time", (k - 1) * task.control_period), seen, action, twin_state=state,
                         world_qpos=info.get("qpos"), world_qvel=info.get("qvel"),
                         cost=tick.cost if tick is not None else float("nan"), tick=tick, plan=plan_row(tick, rec, k == 1, task.nu))
             obs, info = world.step(action)
@@ -138,6 +138,16 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     if rec is not None:
         rec.finish(success)
     return result()
+
+
+def observed(task, controller: Controller, obs) -> tuple[np.ndarray, np.ndarray]:
+    """``(observation, twin state)`` a tick recorded: the world's observation and its map, or,
+    for a camera world's images, the observation the controller's camera estimator completed
+    from them and the state it gave."""
+    if getattr(obs, "images", None) is None:
+        return obs, task.state_from_obs(obs)
+    est = controller.estimator
+    return est.last_obs, controller.last_state
 
 
 def plan_row(tick, rec, first: bool, nu: int) -> np.ndarray | None:
