@@ -2,8 +2,8 @@
 
 Targets are the task's seen keypoints (``Task.seen.keypoints``): a position is learned
 standardized (its training mean and spread), an angle as its cosine and sine (no wrap). The
-network is a small CNN (a patch embedding, three convolutions) with two coordinate channels (x, y in -1..1, so that a position is a
-function the convolutions can read off) and a two-layer head.
+network is a small CNN with two coordinate channels, ending in heatmaps whose expected
+image positions (a spatial soft-argmax, as in deep visuomotor policies) a two-layer head reads.
 """
 
 from __future__ import annotations
@@ -39,8 +39,12 @@ class Meta:
     size: int
     mean: tuple[float, ...]
     scale: tuple[float, ...]
-    width: int = 24
+    width: int = 16
     seed: int = 0
+
+
+#: learned keypoint heatmaps of the network
+HEATMAPS = 16
 
 
 def network(meta: Meta, out: int):
@@ -53,22 +57,31 @@ def network(meta: Meta, out: int):
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            # a 4x4 patch embedding, then 3x3 convolutions: ~6M multiply-adds at 96 px
+            # a 4x4 patch embedding, 3x3 convolutions at that resolution, then one heatmap per
+            # learned keypoint whose expected image position (a spatial soft-argmax) the head reads
             self.features = nn.Sequential(
                 nn.Conv2d(5, w, 4, stride=4), nn.ReLU(),
                 nn.Conv2d(w, w, 3, padding=1), nn.ReLU(),
-                nn.Conv2d(w, 2 * w, 3, stride=2, padding=1), nn.ReLU(),
-                nn.Conv2d(2 * w, 2 * w + 16, 3, stride=2, padding=1), nn.ReLU())
-            side = -(-(meta.size // 4) // 4)
-            self.head = nn.Sequential(nn.Flatten(), nn.Linear((2 * w + 16) * side * side, 128), nn.ReLU(),
-                                      nn.Linear(128, out))
+                nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(),
+                nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(),
+                nn.Conv2d(2 * w, HEATMAPS, 1))
+            self.temperature = nn.Parameter(torch.tensor(1.0))
+            self.head = nn.Sequential(nn.Linear(2 * HEATMAPS, 128), nn.ReLU(), nn.Linear(128, out))
+            self.skip = nn.Linear(2 * HEATMAPS, out)
             lin = torch.linspace(-1.0, 1.0, meta.size)
             self.register_buffer("coords", torch.stack(torch.meshgrid(lin, lin, indexing="ij"))[None], persistent=False)
+            g = torch.linspace(-1.0, 1.0, meta.size // 4)
+            self.register_buffer("grid", torch.stack(torch.meshgrid(g, g, indexing="ij")).reshape(2, -1), persistent=False)
 
         def forward(self, x):
-            x = x / 127.5 - 1.0
+            # each image standardized per channel: robust to lighting, and the block's few
+            # pixels stand out of the table as they would not in raw 0..255 intensities
+            x = (x - x.mean(dim=(2, 3), keepdim=True)) / (x.std(dim=(2, 3), keepdim=True) + 1.0)
             x = torch.cat([x, self.coords.expand(x.shape[0], -1, -1, -1)], dim=1)
-            return self.head(self.features(x))
+            h = self.features(x).flatten(2) * self.temperature  # (B, K, HW)
+            p = torch.softmax(h, dim=-1)
+            points = torch.einsum("bkn,cn->bkc", p, self.grid).flatten(1)  # (B, 2K) expected positions
+            return self.head(points) + self.skip(points)
 
     return Net()
 

@@ -49,12 +49,12 @@ class PerceptionConfig:
     """
 
     task: str = "push-t"
-    samples: int = 6000
-    epochs: int = 10
+    samples: int = 12000
+    epochs: int = 30
     size: int = 96
-    width: int = 24
-    batch: int = 64
-    lr: float = 2e-3
+    width: int = 16
+    batch: int = 32
+    lr: float = 3e-3
     seed: int = 0
     threads: int = 2
     severity: int = 2

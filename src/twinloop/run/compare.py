@@ -47,7 +47,14 @@ from twinloop.run.planning import planning_choice, planning_message
 from twinloop.run.sections import ExperimentConfig, GraspConfig, PlannerConfig
 from twinloop.tasks import task_defaults
 from twinloop.viz.plots import plot_comparison
-from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
+from twinloop.viz.video import (
+    RenderingUnavailable,
+    camera_beside,
+    ghosts_from_rollouts,
+    render_episode,
+    render_frames,
+    write_frames,
+)
 from twinloop.worlds import SEEDED_WORLDS, PerEpisodeWorld, RealtimeWorld, SimWorld
 from twinloop.worlds.camera import CameraWorld
 
@@ -242,7 +249,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
                               "alarms": sum(len(e.stats["alarms"]) for e in refined)}
     write_json(out / "summary.json", summary)
     plot_comparison(summary, out / "comparison.png")
-    if cfg.experiment.video and (cfg.realtime or not isinstance(world, (SimWorld, PerEpisodeWorld))):
+    if cfg.experiment.video and (cfg.realtime or not isinstance(world, (SimWorld, PerEpisodeWorld, CameraWorld))):
         log("no video: videos replay a simulated world in synchronous mode")
     elif cfg.experiment.video:
         try:
@@ -343,9 +350,20 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path, watch: tuple | 
     pick = next((e for e in episodes if e.success), episodes[0] if episodes else None)
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
     ctl = refined_controller(cfg, task, proposer, refiner, watch)
-    r = run_episode(world, ctl, seed, max_ticks=cfg.experiment.max_ticks, record=False, ghosts=ghost_traces(task))
-    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera,
-                          fps=int(round(1 / task.control_period)))
+    ghosts, seen = ghost_traces(task), []
+    if cfg.observe == "rgb":  # keep what the camera saw and the state estimated from it
+        traces = ghosts
+
+        def ghosts(tick):
+            seen.append((next(iter(world.last_obs.images.values())), ctl.last_state[: task.model.nq]))
+            return traces(tick)
+    r = run_episode(world, ctl, seed, max_ticks=cfg.experiment.max_ticks, record=False, ghosts=ghosts)
+    fps = int(round(1 / task.control_period))
+    if not seen:
+        return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera, fps=fps)
+    views = render_frames(task, world.model, r.qpos, ghosts=r.ghosts, camera=task.camera)
+    images, states = zip(*seen, strict=True)
+    return write_frames(camera_beside(views, images, states, task), path, fps)
 
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):

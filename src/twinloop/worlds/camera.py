@@ -249,6 +249,7 @@ class CameraWorld(World):
         self.camera = SceneCamera(world.model, cameras or task_cameras(self.task))
         self.camera.set_appearance(draw_appearance(world.model, np.random.default_rng([self.seed, 7]), self.severity))
         self.rng = np.random.default_rng(0)
+        self.last_obs: CameraObs | None = None
         for cap in ("simulated", "has_hidden_params", "records_twin_state", "counterpart"):
             setattr(self, cap, getattr(world, cap))
 
@@ -256,9 +257,15 @@ class CameraWorld(World):
     def period(self) -> float:
         return self.world.period
 
+    @property
+    def model(self) -> mujoco.MjModel:
+        """The simulated world's model (its physics; the appearance lives in the camera's copy)."""
+        return self.world.model
+
     def _seen(self, obs) -> CameraObs:
         robot = np.where(self.mask, np.nan, np.asarray(obs, dtype=float))
-        return CameraObs(robot, self.camera.render(self.world.data.qpos, self.rng))
+        self.last_obs = CameraObs(robot, self.camera.render(self.world.data.qpos, self.rng))
+        return self.last_obs
 
     def reset(self, seed: int) -> CameraObs:
         obs = self.world.reset(seed)
