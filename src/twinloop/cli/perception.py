@@ -23,12 +23,12 @@ def _report(cfg: PerceptionConfig, model, extra: dict) -> dict:
     from twinloop.perception import evaluate_perception
 
     ev = evaluate_perception(model, cfg.severity, cfg.eval_worlds, cfg.eval_states, cfg.seed)
-    report = {**extra, "evaluation": ev}
-    for key in ("position_error_m", "angle_error_deg"):
-        if key in ev:
-            console.print(f"{key}: mean {ev[key]['mean']:.4g}, p95 {ev[key]['p95']:.4g}")
-    console.print(f"{ev['ms_per_frame']:.1f} ms per frame ({ev['threads']} threads), {ev['frames']} frames")
-    return report
+    for what, unit in (("position_error", "mm"), ("angle_error", "deg")):
+        if f"{what}_mean_{unit}" in ev:
+            console.print(f"{what.replace('_', ' ')}: mean {ev[f'{what}_mean_{unit}']:.3g} {unit}, "
+                          f"95th percentile {ev[f'{what}_p95_{unit}']:.3g} {unit}")
+    console.print(f"{ev['ms_per_frame']:.2f} ms per frame ({ev['threads']} threads), {ev['frames']} frames")
+    return {**extra, "held_out": ev}
 
 
 def _train_body(cfg: PerceptionConfig, sources: dict, recipe) -> None:
@@ -42,10 +42,17 @@ def _train_body(cfg: PerceptionConfig, sources: dict, recipe) -> None:
     console.print(f"wrote {cfg.out} (sha256 {sha[:12]}) and its report {Path(cfg.out).with_suffix('.json')}")
 
 
-def _evaluate_body(cfg: PerceptionConfig, sources: dict, recipe, *, checkpoint: str) -> None:
+def _evaluate_body(cfg: PerceptionConfig, sources: dict, recipe, *, checkpoint: str, report: str | None) -> None:
     from twinloop.perception import load_perception
 
-    _report(cfg, load_perception(checkpoint), {"checkpoint": checkpoint})
+    model = load_perception(checkpoint)
+    rep = _report(cfg, model, {})
+    if report:
+        command = (f"twinloop perception evaluate --checkpoint {checkpoint} --severity {cfg.severity} --eval-worlds "
+                   f"{','.join(map(str, cfg.eval_worlds))} --eval-states {cfg.eval_states} --seed {cfg.seed}")
+        flat = {"task": model.meta.task, "checkpoint": checkpoint, "command": command, **rep["held_out"]}
+        Path(report).write_text(json.dumps(flat, indent=2) + "\n")
+        console.print(f"wrote {report}")
 
 
 train = config_command(PerceptionConfig, "perception", TRAIN_OPTIONS, _train_body, task_path="task",
@@ -55,7 +62,10 @@ train = config_command(PerceptionConfig, "perception", TRAIN_OPTIONS, _train_bod
 evaluate = config_command(PerceptionConfig, "perception", {k: v for k, v in TRAIN_OPTIONS.items()
                                                            if k in ("severity", "eval_worlds", "eval_states", "seed")},
                           _evaluate_body, task_path="task",
-                          extra={"checkpoint": (str, typer.Option(..., help="The checkpoint to evaluate."))},
+                          extra={"checkpoint": (str, typer.Option(..., help="The checkpoint to evaluate (a file, or a "
+                                                                   "shipped model by its task's name).")),
+                                 "report": (str | None, typer.Option(None, help="Also write the numbers to this "
+                                                                     "JSON file."))},
                           doc="""Measure a perception checkpoint on held-out appearances: position and
                           angle errors (mean, 95th percentile) and milliseconds per frame.""")
 group.command("train")(train)

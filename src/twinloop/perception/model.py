@@ -146,13 +146,35 @@ class Perception:
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+#: the shipped checkpoints, each ``NAME.pt`` beside its report ``NAME.json`` (its SHA-256, its evaluation)
+SHIPPED = Path(__file__).parent / "models"
+
+
+def shipped(name: str) -> Path | None:
+    """The shipped checkpoint ``name`` (a task's name), its SHA-256 checked; ``None`` if none is."""
+    import json
+
+    p = SHIPPED / f"{name}.pt"
+    if "/" in name or not p.is_file():
+        return None
+    want = json.loads(p.with_suffix(".json").read_text())["sha256"]
+    if hashlib.sha256(p.read_bytes()).hexdigest() != want:
+        raise TwinloopError(f"shipped perception checkpoint {name!r} does not match its SHA-256 ({want[:12]}...)")
+    return p
+
+
 def load_perception(path, task: str | None = None) -> Perception:
-    """A checkpoint written by :meth:`Perception.save` (refused for another ``task``)."""
+    """A checkpoint written by :meth:`Perception.save`, or a shipped one by name (``push-t``);
+    refused for another ``task``."""
     import torch
 
     p = Path(path)
     if not p.is_file():
-        raise TwinloopError(f"perception checkpoint {str(path)!r} not found (`twinloop perception train` writes one)")
+        p = shipped(str(path))
+    if p is None:
+        have = sorted(f.stem for f in SHIPPED.glob("*.pt"))
+        raise TwinloopError(f"perception checkpoint {str(path)!r} not found: give a file (`twinloop perception train` "
+                            f"writes one) or a shipped model ({', '.join(have) or 'none'})")
     try:
         blob = torch.load(p, map_location="cpu", weights_only=True)
         d = blob["meta"]

@@ -158,7 +158,8 @@ def point_groups(names: tuple[str, ...], angles: tuple[bool, ...]) -> list[list[
 def evaluate_perception(model: Perception, severity: int, worlds, states: int, seed: int = 0) -> dict:
     """Errors of ``model`` on renders under the appearance of camera worlds (``severity``,
     each world seed in ``worlds``), ``states`` states each, against the true keypoints:
-    point position error (m) and angle error (rad), mean and 95th percentile, and
+    point position error (mm; several points: their mean per frame) and angle error (degrees),
+    mean and 95th percentile, and
     milliseconds per frame (one image at a time, the model's forward pass)."""
     import torch
 
@@ -176,11 +177,11 @@ def evaluate_perception(model: Perception, severity: int, worlds, states: int, s
     if groups:
         err = np.mean([np.linalg.norm(pred[:, g] - truth[:, g], axis=1) for g in groups], axis=0) if len(groups) > 1 \
             else np.linalg.norm(pred[:, groups[0]] - truth[:, groups[0]], axis=1)
-        out["position_error_m"] = {"mean": float(err.mean()), "p95": float(np.percentile(err, 95))}
+        out.update(position_error_mean_mm=1000 * float(err.mean()), position_error_p95_mm=1000 * float(np.percentile(err, 95)))
     ang = [i for i, a in enumerate(model.meta.angles) if a]
     if ang:
         d = np.abs(np.angle(np.exp(1j * (pred[:, ang] - truth[:, ang])))).ravel()
-        out["angle_error_deg"] = {"mean": float(np.degrees(d.mean())), "p95": float(np.degrees(np.percentile(d, 95)))}
+        out.update(angle_error_mean_deg=float(np.degrees(d.mean())), angle_error_p95_deg=float(np.degrees(np.percentile(d, 95))))
     torch.set_num_threads(2)
     model.predict({model.meta.camera: images[0]})  # warm-up
     t0 = time.perf_counter()
