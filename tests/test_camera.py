@@ -66,3 +66,16 @@ def test_rgb_needs_a_perception_checkpoint():
         RunConfig(task="push-t", observe="rgb")
     with pytest.raises(TwinloopError, match="observe"):
         RunConfig(task="push-t", observe="depth", perception="x.pt")
+
+
+def test_camera_video_frames_show_camera_twin_and_world_side_by_side(task):
+    from twinloop.viz.video import camera_beside
+
+    world = CameraWorld(ShiftedWorld(task, 0, 0), 0, 0, SMALL)
+    obs = world.reset(2)
+    q = world.world.data.qpos.copy()
+    views = [np.zeros((64, 64, 3), np.uint8)] * 2
+    frames = list(camera_beside(iter(views), [obs.images["top"]], [q], task, size=64))
+    assert len(frames) == 2 and frames[0].shape == (64, 192, 3)
+    assert np.array_equal(frames[0][:, :64], np.kron(obs.images["top"], np.ones((2, 2, 1), np.uint8)))
+    assert frames[0][:, 64:128].std() > 0  # the twin's reconstruction, rendered

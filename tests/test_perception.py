@@ -60,3 +60,9 @@ def test_controller_runs_end_to_end_from_images(model):
     assert r.ticks == 3
     assert len(r.recorder) == 3 and np.isfinite(est.last_obs).all()
     assert np.array_equal(ctl.last_state, task.state_from_obs(est.last_obs))
+
+
+def test_camera_estimator_refuses_a_plain_observation(model):
+    task = make_task("push-t")
+    with pytest.raises(TwinloopError, match="camera world's observations"):
+        CameraEstimator(task, model).estimate(np.zeros(len(task.obs_names)))
