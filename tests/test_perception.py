@@ -66,3 +66,18 @@ def test_camera_estimator_refuses_a_plain_observation(model):
     task = make_task("push-t")
     with pytest.raises(TwinloopError, match="camera world's observations"):
         CameraEstimator(task, model).estimate(np.zeros(len(task.obs_names)))
+
+
+def test_shipped_push_t_model_reads_the_block_pose_on_held_out_appearance():
+    shipped = load_perception("push-t", "push-t")
+    task = make_task("push-t")
+    rng, look = np.random.default_rng(5), np.random.default_rng([5, 7])
+    images, truth = render_dataset(task, 20, rng, shipped.meta.size, lambda: 2.0, look_rng=look)
+    pred = shipped.predict_batch(images)
+    assert np.linalg.norm(pred[:, :2] - truth[:, :2], axis=1).mean() < 0.01  # m
+    assert np.degrees(np.abs(np.angle(np.exp(1j * (pred[:, 2] - truth[:, 2]))))).mean() < 5.0
+
+
+def test_an_unknown_checkpoint_names_the_shipped_models():
+    with pytest.raises(TwinloopError, match="shipped model .*push-t"):
+        load_perception("no-such-model")
