@@ -51,7 +51,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     def world_of(seed: int):
         world = make_world(task, cfg.experiment.world, severity=cfg.experiment.severity, seed=seed, period=period,
                            token=cfg.token)
-        return world if cfg.observe == "state" else CameraWorld(world, cfg.experiment.severity, seed, cameras)
+        look = cfg.experiment.severity if cfg.appearance is None else cfg.appearance
+        return world if cfg.observe == "state" else CameraWorld(world, look, seed, cameras)
 
     world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.experiment.world_per_episode else world_of(world_seed(cfg))
     if cfg.realtime:

@@ -105,6 +105,8 @@ class RunConfig:
             ``perception``). Not in real time.
         perception: the perception checkpoint (``twinloop perception train``) that reads the
             images with ``observe='rgb'``.
+        appearance: with ``observe='rgb'``, the appearance shift's severity (0..3; ``None``: the
+            world's ``severity``), drawn by the world's seed.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -124,6 +126,7 @@ class RunConfig:
     monitor_episodes: int = 4
     observe: str = "state"
     perception: str | None = None
+    appearance: int | None = None
 
     def __post_init__(self):
         for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("grasp", GraspConfig),
@@ -146,6 +149,10 @@ class RunConfig:
         if (self.observe == "rgb") != (self.perception is not None):
             raise TwinloopError("observe='rgb' reads images with a perception checkpoint: give both --observe rgb and "
                                 f"--perception CKPT (got observe={self.observe!r}, perception={self.perception!r})")
+        if self.appearance is not None:
+            object.__setattr__(self, "appearance", number(self.appearance, "appearance", low=0, high=3, integer=True))
+            if self.observe != "rgb":
+                raise TwinloopError(f"appearance={self.appearance} shifts camera images; it needs observe='rgb'")
         if self.realtime:
             self._check_realtime()
 
