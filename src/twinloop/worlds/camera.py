@@ -15,10 +15,11 @@ Levels (the draw is ``nominal + U(-1, 1) * level``, per quantity, seeded by the 
 
     severity                0     1      2      3
     colour (rgb, 0..1)      0     0.06   0.12   0.2
-    light (log factor)      0     0.1    0.2    0.35
+    light (log factor)      0     0.1    0.2    0.35    (light tilt: half of it)
+    texture scale (log)     0     0.09   0.17   0.3
     camera aim (m)          0     0.002  0.004  0.008
     camera angle (deg)      0     0.3    0.7    1.5
-    noise (std, 0..255)     0     2      4      8
+    noise (std, 0..255)     0     2      4      8       (noise, blur: U(0.5, 1) x level)
     blur (sigma, px)        0     0.2    0.4    0.8
 """
 
