@@ -21,7 +21,7 @@ from twinloop.twin import make_twin  # noqa: E402
 from twinloop.worlds import ShiftedWorld  # noqa: E402
 from twinloop.worlds.camera import CameraSpec, CameraWorld  # noqa: E402
 
-CFG = PerceptionConfig(samples=600, epochs=6, size=32, width=8, batch=32, lr=3e-3, seed=0)
+CFG = PerceptionConfig(samples=600, epochs=6, size=32, width=8, batch=32, lr=3e-3, seed=0, threads=1)
 
 
 @pytest.fixture(scope="module")
