@@ -171,7 +171,7 @@ def test_a_task_default_reaches_the_run_and_the_command_line_overrides_it(tmp_pa
 def test_run_help_shows_few_options_and_points_to_set():
     out = runner.invoke(app, ["run", "--help"]).output
     options = [line for line in out.splitlines() if line.startswith(("│ --", "│ -k"))]
-    assert 20 <= len(options) <= 27  # 20 fields, --recipe, --set, --overwrite, --token, --executor, --address, --help
+    assert 20 <= len(options) <= 29  # 22 fields, --recipe, --set, --overwrite, --token, --executor, --address, --help
     assert "--set" in out and "--recipe" in out
     for rare in ("--exact-prior", "--particles", "--twin-timestep"):  # through --set planner....
         assert rare not in out

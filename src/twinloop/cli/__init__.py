@@ -13,7 +13,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import typer  # noqa: E402
 
-from twinloop.cli import calib, dataset, distill, evaluate, recipe, run, serve  # noqa: E402
+from twinloop.cli import calib, dataset, distill, evaluate, perception, recipe, run, serve  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Rehearse each action in a digital twin before acting; keep the twin calibrated.")
@@ -44,7 +44,7 @@ def _main(
 for _group in (run, calib, distill, evaluate, serve):
     for _command in _group.COMMANDS:
         app.command()(_command)
-for _name, _sub in {**dataset.GROUPS, **recipe.GROUPS}.items():
+for _name, _sub in {**dataset.GROUPS, **recipe.GROUPS, **perception.GROUPS}.items():
     app.add_typer(_sub, name=_name)
 
 

@@ -110,6 +110,8 @@ RUN_OPTIONS = {
     "planner.posterior": ("posterior",),
     "realtime": ("realtime",),
     "monitor": ("monitor",),
+    "observe": ("observe",),
+    "perception": ("perception",),
 }
 
 

@@ -100,6 +100,7 @@ class Controller:
         self._carry: np.ndarray | None = None
         self._line: np.ndarray | None = None  # (D, nu) delay line; None: the hold action
         self.last: TickInfo | None = None
+        self.last_state: np.ndarray | None = None  # the state the last tick estimated
         self.n_fallbacks = 0
         self._gave_up = ""
 
@@ -145,7 +146,7 @@ class Controller:
 
     def act(self, obs, info: dict | None = None) -> np.ndarray:
         """The action for observation ``obs`` (``info``, the world's, is not needed here)."""
-        state = self.estimator.estimate(obs)
+        state = self.last_state = self.estimator.estimate(obs)
         alarm = ""
         for h in self.hooks:
             alarm = alarm or (self._call(h, "begin", state) or "")

@@ -25,6 +25,7 @@ from twinloop.run.planning import planning_choice, planning_particles  # noqa: F
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world, world_type
+from twinloop.worlds.camera import CameraWorld, task_cameras, with_size
 
 if TYPE_CHECKING:
     from twinloop.run.compare import RunConfig
@@ -41,8 +42,17 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.realtime and sim:
         period = 1.0 / cfg.rate if cfg.rate else task.control_period / 10
 
+    cameras = None
+    if cfg.observe == "rgb":  # the cameras render what the perception model reads
+        from twinloop.perception import load_perception  # needs the [learn] extra (PyTorch)
+
+        cameras = with_size(task_cameras(task), load_perception(cfg.perception, task.name).meta.size)
+
     def world_of(seed: int):
-        return make_world(task, cfg.experiment.world, severity=cfg.experiment.severity, seed=seed, period=period, token=cfg.token)
+        world = make_world(task, cfg.experiment.world, severity=cfg.experiment.severity, seed=seed, period=period,
+                           token=cfg.token)
+        look = cfg.experiment.severity if cfg.appearance is None else cfg.appearance
+        return world if cfg.observe == "state" else CameraWorld(world, look, seed, cameras)
 
     world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.experiment.world_per_episode else world_of(world_seed(cfg))
     if cfg.realtime:
@@ -102,7 +112,7 @@ def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
     calibrated by :func:`calibrate_monitor`."""
     task, world, proposer, refiner = build(cfg, check_twin=False)
     if name == "base":
-        return world, Controller(refiner, proposer, refine=False)
+        return world, Controller(refiner, proposer, refine=False, estimator=camera_estimator(cfg, task))
     if cfg.realtime:
         return world, AsyncController(refiner, proposer, cfg.async_control,
                                       sources=candidate_sources_of(task, cfg, proposer))
@@ -119,9 +129,23 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
         monitor = GapMonitor(task, refiner.twin, *watch, monitor_config(cfg))
     stateful = cfg.grasp is not None and cfg.grasp.observer
     estimator = task.state_estimator(stateful, None if refiner.params is None else refiner.params[0])
+    estimator = camera_estimator(cfg, task, estimator) or estimator
     hooks = ([] if monitor is None else [GapWatch(monitor)]) + acceptance_hooks(cfg.refiner)
     return Controller(refiner, proposer, estimator=estimator, sources=candidate_sources_of(task, cfg, proposer),
                       hooks=hooks)
+
+
+def camera_estimator(cfg: RunConfig, task, inner=None):
+    """With ``cfg.observe == 'rgb'``: the camera estimator (the run's perception checkpoint, then
+    ``inner``, default the task's stateless map); else ``None`` (the controller's own)."""
+    if cfg.observe == "state":
+        return None
+    from twinloop.perception import (  # needs the [learn] extra (PyTorch)
+        CameraEstimator,
+        load_perception,
+    )
+
+    return CameraEstimator(task, load_perception(cfg.perception, task.name), inner)
 
 
 def repair_options(cfg: RunConfig) -> dict:

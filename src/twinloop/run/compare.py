@@ -47,13 +47,23 @@ from twinloop.run.planning import planning_choice, planning_message
 from twinloop.run.sections import ExperimentConfig, GraspConfig, PlannerConfig
 from twinloop.tasks import task_defaults
 from twinloop.viz.plots import plot_comparison
-from twinloop.viz.video import RenderingUnavailable, ghosts_from_rollouts, render_episode
+from twinloop.viz.video import (
+    RenderingUnavailable,
+    camera_beside,
+    ghosts_from_rollouts,
+    render_episode,
+    render_frames,
+    write_frames,
+)
 from twinloop.worlds import SEEDED_WORLDS, PerEpisodeWorld, RealtimeWorld, SimWorld
+from twinloop.worlds.camera import CameraWorld
 
 #: the flat names of the grasp section's fields (``RunConfig(repair=True, repair_push=2)``)
 GRASP_NAMES = {"repair": "grasp.repair", "repair_push": "grasp.push", "repair_reach": "grasp.reach",
                "repair_regrasp_reach": "grasp.regrasp_reach", "repair_commit": "grasp.commit",
                "observer": "grasp.observer"}
+#: what a run's controllers can see (``RunConfig.observe``)
+OBSERVE = ("state", "rgb")
 
 
 @composed(GRASP_NAMES)
@@ -89,6 +99,14 @@ class RunConfig:
             nominal counterpart of the world (its noise, delay and engine); simulated worlds, not
             in real time.
         monitor_episodes: nominal episodes the monitor's threshold is calibrated on.
+        observe: what the controllers see: ``state`` (the world's observation vector) | ``rgb``
+            (camera images of a simulated world, under an appearance shift of the world's
+            ``severity`` drawn by its seed, plus the robot's own joint state; needs
+            ``perception``). Not in real time.
+        perception: the perception checkpoint (``twinloop perception train``) that reads the
+            images with ``observe='rgb'``.
+        appearance: with ``observe='rgb'``, the appearance shift's severity (0..3; ``None``: the
+            world's ``severity``), drawn by the world's seed.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -106,6 +124,9 @@ class RunConfig:
     token: str | None = field(default=None, repr=False)
     monitor: str | None = None
     monitor_episodes: int = 4
+    observe: str = "state"
+    perception: str | None = None
+    appearance: int | None = None
 
     def __post_init__(self):
         for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("grasp", GraspConfig),
@@ -124,6 +145,14 @@ class RunConfig:
                                                             integer=True))
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
+        choose("observe", self.observe, OBSERVE)
+        if (self.observe == "rgb") != (self.perception is not None):
+            raise TwinloopError("observe='rgb' reads images with a perception checkpoint: give both --observe rgb and "
+                                f"--perception CKPT (got observe={self.observe!r}, perception={self.perception!r})")
+        if self.appearance is not None:
+            object.__setattr__(self, "appearance", number(self.appearance, "appearance", low=0, high=3, integer=True))
+            if self.observe != "rgb":
+                raise TwinloopError(f"appearance={self.appearance} shifts camera images; it needs observe='rgb'")
         if self.realtime:
             self._check_realtime()
 
@@ -136,6 +165,8 @@ class RunConfig:
                  "cannot run in real time (realtime=True)"),
                 (g.commit is not None, "repair_commit carries a repair on tick by tick; it cannot run in real time "
                  "(realtime=True)"),
+                (self.observe == "rgb", "observe='rgb' renders the world's images between its steps; it cannot run "
+                 "in real time (realtime=True)"),
                 (g.observer, "observer=True predicts the last estimate one control tick ahead; the real-time "
                  "controller's ticks have no fixed period (realtime=True)")):
             if on:
@@ -150,7 +181,7 @@ def episode_stats(world, controller) -> dict:
     (``peak_body_speed`` in m/s, ``peak_body``: what ``Task.max_body_speed`` bounds)."""
     out = {}
     sim = world
-    while isinstance(sim, (RealtimeWorld, PerEpisodeWorld)):
+    while isinstance(sim, (RealtimeWorld, PerEpisodeWorld, CameraWorld)):
         sim = sim.world
     if isinstance(sim, SimWorld):
         out.update(peak_body_speed=round(sim.peak_speed, 4), peak_body=sim.model.body(sim.peak_body).name)
@@ -225,7 +256,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
                               "alarms": sum(len(e.stats["alarms"]) for e in refined)}
     write_json(out / "summary.json", summary)
     plot_comparison(summary, out / "comparison.png")
-    if cfg.experiment.video and (cfg.realtime or not isinstance(world, (SimWorld, PerEpisodeWorld))):
+    if cfg.experiment.video and (cfg.realtime or not isinstance(world, (SimWorld, PerEpisodeWorld, CameraWorld))):
         log("no video: videos replay a simulated world in synchronous mode")
     elif cfg.experiment.video:
         try:
@@ -326,9 +357,20 @@ def render_refined_episode(cfg: RunConfig, episodes, path: Path, watch: tuple | 
     pick = next((e for e in episodes if e.success), episodes[0] if episodes else None)
     seed = pick.seed if pick is not None else episode_seeds(cfg)[0]
     ctl = refined_controller(cfg, task, proposer, refiner, watch)
-    r = run_episode(world, ctl, seed, max_ticks=cfg.experiment.max_ticks, record=False, ghosts=ghost_traces(task))
-    return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera,
-                          fps=int(round(1 / task.control_period)))
+    ghosts, seen = ghost_traces(task), []
+    if cfg.observe == "rgb":  # keep what the camera saw and the state estimated from it
+        traces = ghosts
+
+        def ghosts(tick):
+            seen.append((next(iter(world.last_obs.images.values())), ctl.last_state[: task.model.nq]))
+            return traces(tick)
+    r = run_episode(world, ctl, seed, max_ticks=cfg.experiment.max_ticks, record=False, ghosts=ghosts)
+    fps = int(round(1 / task.control_period))
+    if not seen:
+        return render_episode(task, world.model, r.qpos, path, ghosts=r.ghosts, camera=task.camera, fps=fps)
+    views = render_frames(task, world.model, r.qpos, ghosts=r.ghosts, camera=task.camera)
+    images, states = zip(*seen, strict=True)
+    return write_frames(camera_beside(views, images, states, task), path, fps)
 
 
 def _dataset(root: Path, cfg: RunConfig, task, world, name: str):

@@ -88,9 +88,9 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
             tick = controller.last
             if ep.ghosts is not None:
                 ep.ghosts.append(ghosts(tick))
-            state = task.state_from_obs(ep.obs)
+            seen, state = observed(task, controller, ep.obs)
             if rec is not None:
-                rec.add(ep.info.get("time", (ep.k - 1) * task.control_period), ep.obs, action, twin_state=state,
+                rec.add(ep.info.get("time", (ep.k - 1) * task.control_period), seen, action, twin_state=state,
                         world_qpos=ep.info.get("qpos"), world_qvel=ep.info.get("qvel"),
                         cost=tick.cost if tick is not None else float("nan"), tick=tick,
                         plan=plan_row(tick, rec, ep.k == 1, task.nu))
@@ -165,6 +165,16 @@ class _Progress:
             fallbacks=controller.n_fallbacks, qpos=None if self.traj is None else np.asarray(self.traj),
             ghosts=self.ghosts, recorder=self.rec,
         )
+
+
+def observed(task, controller: Controller, obs) -> tuple[np.ndarray, np.ndarray]:
+    """``(observation, twin state)`` a tick recorded: the world's observation and its map, or,
+    for a camera world's images, the observation the controller's camera estimator completed
+    from them and the state it gave."""
+    if getattr(obs, "images", None) is None:
+        return obs, task.state_from_obs(obs)
+    est = controller.estimator
+    return est.last_obs, controller.last_state
 
 
 def plan_row(tick, rec, first: bool, nu: int) -> np.ndarray | None:

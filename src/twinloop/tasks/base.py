@@ -24,13 +24,13 @@ import numpy as np
 from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import ParamSpace
 from twinloop.rollouts import Rollouts
+from twinloop.tasks.seen import Seen
 
 
 @dataclass(frozen=True)
 class Traj:
     """Trajectory arrays a residual reads: ``qpos (..., T+1, nq)``, ``qvel``, ``sensordata``,
     ``ctrl (..., T, nu)``."""
-
     qpos: np.ndarray
     qvel: np.ndarray
     sensordata: np.ndarray
@@ -41,7 +41,6 @@ class Traj:
 class Residual:
     """A named cost term. ``fn(traj)`` returns ``(..., T', r)`` per-step residuals for a running
     term (averaged over its time axis) or ``(..., r)`` at the final state for a terminal one."""
-
     name: str
     weight: float
     fn: Callable[[Traj], np.ndarray]
@@ -65,6 +64,7 @@ class Task:
         obs_names: names of the observation entries (default: the observation is the full
             twin state, named ``qpos:i``, ``qvel:i``, ``act:i``).
         camera: a model camera name for videos, or ``None`` for an orthographic top-down view.
+        seen: what a camera observes (:class:`~twinloop.tasks.seen.Seen`), or ``None``: no camera.
         action_low, action_high: ``(nu,)`` action bounds (default: the actuators' ctrlrange).
         gym_id: the gymnasium env this task's twin models (``--world gym`` uses it), or
             ``None``; its observation and action maps are :meth:`obs_from_env` and
@@ -103,6 +103,7 @@ class Task:
     max_ticks: int = 100
     cost_stride: int = 5
     camera: str | None = None
+    seen: Seen | None = None
     gym_id: str | None = None
     defaults: Mapping[str, object] = MappingProxyType({
         "planner.optimizer": "mppi",

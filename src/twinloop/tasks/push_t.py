@@ -40,6 +40,7 @@ from twinloop.params import Param, ParamSpace
 from twinloop.tasks.base import Residual, Task, Traj
 from twinloop.tasks.planar import CONTACTS, PUSHERS, edit_pusher_scene, on_floor, rotate, wrap
 from twinloop.tasks.scripted import PointPusher, ScriptedConfig, pusher_excitation
+from twinloop.tasks.seen import Seen
 
 # the T in its own frame (m): (centre x, centre y, half width, half height) of bar and stem
 BAR = (0.0, 0.015, 0.060, 0.015)
@@ -139,6 +140,8 @@ class PushT(Task):
     obs_names = ("pusher_x", "pusher_y", "block_x", "block_y", "block_yaw",
                  "pusher_vx", "pusher_vy", "block_vx", "block_vy", "block_wz")
     pusher_radius = PUSHER_RADIUS
+    seen = Seen(("block_x", "block_y", "block_yaw"),
+                {"block_vx": "block_x", "block_vy": "block_y", "block_wz": "block_yaw"})
     WEIGHTS = {"block_position": 1.0, "block_yaw": 1.0, "reach": 0.3, "effort": 0.02,
                "final_position": 3.0, "final_yaw": 3.0}
 

@@ -377,7 +377,13 @@ def render_episode(task, model: mujoco.MjModel | None, qpos_seq, path: str | os.
         raise TwinloopError(f"fps must be a positive number, got {fps!r}")
     frames = render_frames(task, model, qpos_seq, ghosts=ghosts, width=width, height=height,
                            camera=camera, view_size=view_size, ghost_z=ghost_z)
-    first = next(frames)  # validate input and GL before creating any file
+    return write_frames(frames, path, fps)
+
+
+def write_frames(frames: Iterator[np.ndarray], path: str | os.PathLike, fps: float) -> Path:
+    """Write ``(H, W, 3)`` uint8 ``frames`` as an MP4 (H.264); returns ``path``. The first
+    frame is made before any file is created (what checks the input and GL)."""
+    first = next(frames)
     path = Path(path)
     with atomic_write(path) as tmp:
         with imageio.get_writer(tmp, format="FFMPEG", mode="I", fps=fps, codec="libx264",
@@ -387,6 +393,24 @@ def render_episode(task, model: mujoco.MjModel | None, qpos_seq, path: str | os.
             for f in frames:
                 w.append_data(f)
     return path
+
+
+def camera_beside(views, camera_images, twin_qpos, task, *, size: int = 480) -> Iterator[np.ndarray]:
+    """Frames of an episode seen through a camera: what the camera saw (each ``(S, S, 3)``
+    image, scaled up), the twin at the state estimated from it (``twin_qpos (T, nq)``, rendered
+    top-down) and ``views`` (the usual ``size`` x ``size`` frames, with ghosts), side by side. The lists may be one
+    shorter than ``views`` (no image after the last action): their last item is repeated."""
+    twin = render_frames(task, None, np.asarray(twin_qpos), width=size, height=size)
+    last_cam = last_twin = None
+    for k, view in enumerate(views):
+        if k < len(camera_images):
+            img = np.asarray(camera_images[k])
+            rep = max(1, size // img.shape[0])
+            last_cam = np.kron(img, np.ones((rep, rep, 1), np.uint8))
+            pad = size - last_cam.shape[0]
+            last_cam = np.pad(last_cam, ((pad // 2, pad - pad // 2), (pad // 2, pad - pad // 2), (0, 0)))
+            last_twin = next(twin)
+        yield np.concatenate([last_cam, last_twin, view], axis=1)
 
 
 def save_frame(task, model: mujoco.MjModel | None, qpos, path: str | os.PathLike, *, ghosts=None,

@@ -1,0 +1,188 @@
+"""The perception network: one RGB image -> a task's keypoints, and its checkpoint.
+
+Targets are the task's seen keypoints (``Task.seen.keypoints``): a position is learned
+standardized (its training mean and spread), an angle as its cosine and sine (no wrap). The
+network is a small CNN with two coordinate channels, ending in heatmaps whose expected
+image positions (a spatial soft-argmax, as in deep visuomotor policies) a two-layer head reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from twinloop.errors import TwinloopError
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What a checkpoint says about its network.
+
+    Attributes:
+        task: the task it was trained for.
+        keypoints: the observation entries it predicts (``Task.seen.keypoints``).
+        angles: which of them are angles (learned as cosine and sine).
+        camera: the camera whose images it reads.
+        size: image side (px).
+        mean, scale: the standardization of the position targets (one per keypoint; angles 0, 1).
+        width: channels of the first convolution.
+        seed: the training seed.
+    """
+
+    task: str
+    keypoints: tuple[str, ...]
+    angles: tuple[bool, ...]
+    camera: str
+    size: int
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    width: int = 16
+    seed: int = 0
+
+
+#: learned keypoint heatmaps of the network
+HEATMAPS = 16
+
+
+def network(meta: Meta, out: int):
+    """The CNN: ``(B, 3, S, S)`` uint8-scaled images -> ``(B, out)``."""
+    import torch
+    from torch import nn
+
+    w = meta.width
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            # a 4x4 patch embedding, 3x3 convolutions at that resolution, then one heatmap per
+            # learned keypoint whose expected image position (a spatial soft-argmax) the head reads
+            self.features = nn.Sequential(
+                nn.Conv2d(5, w, 4, stride=4), nn.ReLU(),
+                nn.Conv2d(w, w, 3, padding=1), nn.ReLU(),
+                nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(),
+                nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(),
+                nn.Conv2d(2 * w, HEATMAPS, 1))
+            self.temperature = nn.Parameter(torch.tensor(1.0))
+            self.head = nn.Sequential(nn.Linear(2 * HEATMAPS, 128), nn.ReLU(), nn.Linear(128, out))
+            self.skip = nn.Linear(2 * HEATMAPS, out)
+            lin = torch.linspace(-1.0, 1.0, meta.size)
+            self.register_buffer("coords", torch.stack(torch.meshgrid(lin, lin, indexing="ij"))[None], persistent=False)
+            g = torch.linspace(-1.0, 1.0, meta.size // 4)
+            self.register_buffer("grid", torch.stack(torch.meshgrid(g, g, indexing="ij")).reshape(2, -1), persistent=False)
+
+        def forward(self, x):
+            # each image standardized per channel: robust to lighting, and the block's few
+            # pixels stand out of the table as they would not in raw 0..255 intensities
+            x = (x - x.mean(dim=(2, 3), keepdim=True)) / (x.std(dim=(2, 3), keepdim=True) + 1.0)
+            x = torch.cat([x, self.coords.expand(x.shape[0], -1, -1, -1)], dim=1)
+            h = self.features(x).flatten(2) * self.temperature  # (B, K, HW)
+            p = torch.softmax(h, dim=-1)
+            points = torch.einsum("bkn,cn->bkc", p, self.grid).flatten(1)  # (B, 2K) expected positions
+            return self.head(points) + self.skip(points)
+
+    return Net()
+
+
+def n_outputs(meta: Meta) -> int:
+    return sum(2 if a else 1 for a in meta.angles)
+
+
+def encode(meta: Meta, values: np.ndarray) -> np.ndarray:
+    """``(N, n_keypoints)`` keypoint values -> ``(N, n_outputs)`` network targets."""
+    cols = []
+    for i, angle in enumerate(meta.angles):
+        v = values[:, i]
+        cols += [np.cos(v), np.sin(v)] if angle else [(v - meta.mean[i]) / meta.scale[i]]
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def decode(meta: Meta, out: np.ndarray) -> np.ndarray:
+    """``(N, n_outputs)`` network outputs -> ``(N, n_keypoints)`` keypoint values."""
+    cols, j = [], 0
+    for i, angle in enumerate(meta.angles):
+        if angle:
+            cols.append(np.arctan2(out[:, j + 1], out[:, j]))
+            j += 2
+        else:
+            cols.append(out[:, j] * meta.scale[i] + meta.mean[i])
+            j += 1
+    return np.stack(cols, axis=1)
+
+
+class Perception:
+    """A trained network with its :class:`Meta`: ``predict(images) -> (n_keypoints,)``."""
+
+    def __init__(self, meta: Meta, net):
+        self.meta, self.net = meta, net.eval()
+
+    def predict_batch(self, images: np.ndarray) -> np.ndarray:
+        """``(N, S, S, 3)`` uint8 images -> ``(N, n_keypoints)`` keypoints (m, rad)."""
+        import torch
+
+        x = np.asarray(images)
+        if x.ndim != 4 or x.shape[1:] != (self.meta.size, self.meta.size, 3):
+            raise TwinloopError(f"perception model for {self.meta.task!r} reads ({self.meta.size}, {self.meta.size}, 3) "
+                                f"images, got {x.shape[1:]}")
+        with torch.inference_mode():
+            out = self.net(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).float())
+        return decode(self.meta, out.numpy().astype(float))
+
+    def predict(self, images: dict) -> np.ndarray:
+        """``{camera: (S, S, 3) uint8}`` -> ``(n_keypoints,)`` keypoints from this model's camera."""
+        if self.meta.camera not in images:
+            raise TwinloopError(f"perception model reads camera {self.meta.camera!r}; the world gives {sorted(images)}")
+        return self.predict_batch(images[self.meta.camera][None])[0]
+
+    def save(self, path) -> str:
+        """Write the checkpoint; returns its SHA-256."""
+        import torch
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"meta": asdict(self.meta), "state_dict": self.net.state_dict()}, path)
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+#: the shipped checkpoints, each ``NAME.pt`` beside its report ``NAME.json`` (its SHA-256, its evaluation)
+SHIPPED = Path(__file__).parent / "models"
+
+
+def shipped(name: str) -> Path | None:
+    """The shipped checkpoint ``name`` (a task's name), its SHA-256 checked; ``None`` if none is."""
+    import json
+
+    p = SHIPPED / f"{name}.pt"
+    if "/" in name or not p.is_file():
+        return None
+    want = json.loads(p.with_suffix(".json").read_text())["sha256"]
+    if hashlib.sha256(p.read_bytes()).hexdigest() != want:
+        raise TwinloopError(f"shipped perception checkpoint {name!r} does not match its SHA-256 ({want[:12]}...)")
+    return p
+
+
+def load_perception(path, task: str | None = None) -> Perception:
+    """A checkpoint written by :meth:`Perception.save`, or a shipped one by name (``push-t``);
+    refused for another ``task``."""
+    import torch
+
+    p = Path(path)
+    if not p.is_file():
+        p = shipped(str(path))
+    if p is None:
+        have = sorted(f.stem for f in SHIPPED.glob("*.pt"))
+        raise TwinloopError(f"perception checkpoint {str(path)!r} not found: give a file (`twinloop perception train` "
+                            f"writes one) or a shipped model ({', '.join(have) or 'none'})")
+    try:
+        blob = torch.load(p, map_location="cpu", weights_only=True)
+        d = blob["meta"]
+        meta = Meta(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        net = network(meta, n_outputs(meta))
+        net.load_state_dict(blob["state_dict"])
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise TwinloopError(f"{str(path)!r} is no perception checkpoint: {exc}") from None
+    if task is not None and meta.task != task:
+        raise TwinloopError(f"perception checkpoint {str(path)!r} is for task {meta.task!r}, not {task!r}")
+    return Perception(meta, net)

@@ -1,0 +1,192 @@
+"""Training a perception model on the twin's own renders, and measuring it on a world's.
+
+Training data: the twin's scene in states drawn from the task's reset distribution, each under
+an appearance drawn at a random level up to ``TRAIN_SCALE`` times the strongest shift
+(:func:`~twinloop.worlds.camera.draw_appearance`), rendered with its noise and blur. Evaluation:
+the appearance a :class:`~twinloop.worlds.camera.CameraWorld` of ``severity`` and world seed
+draws (another random stream: never seen in training), against the true keypoints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from twinloop.errors import number
+from twinloop.perception.model import Meta, Perception, encode, n_outputs, network
+from twinloop.tasks import make_task
+from twinloop.worlds.camera import (
+    TRAIN_SCALE,
+    SceneCamera,
+    draw_appearance,
+    task_cameras,
+    unseen_entries,
+    with_size,
+)
+
+
+@dataclass(frozen=True)
+class PerceptionConfig:
+    """Training and evaluating a perception model.
+
+    Attributes:
+        task: the task whose keypoints it predicts (``Task.seen``).
+        samples: rendered training images.
+        epochs: passes over them.
+        size: image side (px); a camera world must render the same.
+        width: channels of the network's first convolution.
+        batch: images per gradient step.
+        lr: Adam's peak learning rate (one cycle: warmed up over 15% of the steps, then annealed).
+        seed: seeds the renders, the initialization and the batches.
+        threads: PyTorch CPU threads.
+        severity: the appearance shift the evaluation's worlds draw (0..3).
+        eval_worlds: world seeds of the evaluation (held-out appearances).
+        eval_states: states rendered per evaluation world.
+        out: the checkpoint written.
+    """
+
+    task: str = "push-t"
+    samples: int = 12000
+    epochs: int = 30
+    size: int = 96
+    width: int = 16
+    batch: int = 32
+    lr: float = 3e-3
+    seed: int = 0
+    threads: int = 2
+    severity: int = 2
+    eval_worlds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
+    eval_states: int = 100
+    out: str = "runs/perception/push-t.pt"
+
+    def __post_init__(self):
+        for name, low in (("samples", 16), ("epochs", 1), ("size", 16), ("width", 4), ("batch", 1), ("threads", 1),
+                          ("eval_states", 1), ("seed", 0)):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
+        number(self.lr, "lr", low=0, low_open=True)
+        number(self.severity, "severity", low=0, high=3, integer=True)
+
+
+def keypoints_of(task) -> tuple[list[int], tuple[bool, ...]]:
+    """Indices of the task's seen keypoints in its observation, and which are angles."""
+    unseen_entries(task)
+    names, units = list(task.obs_names), task.obs_units()
+    idx = [names.index(k) for k in task.seen.keypoints]
+    return idx, tuple(units[i] == "rad" for i in idx)
+
+
+def render_dataset(task, n: int, rng: np.random.Generator, size: int, level: Callable[[], float],
+                   look_rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(images (n, S, S, 3) uint8, keypoints (n, k))`` of the twin in states drawn from the
+    task's reset distribution by ``rng``, each under an appearance of ``level()`` drawn from
+    ``look_rng`` (default ``rng``)."""
+    idx, _ = keypoints_of(task)
+    cam = SceneCamera(task.model, with_size(task_cameras(task)[:1], size))
+    look_rng = rng if look_rng is None else look_rng
+    images, values = np.empty((n, size, size, 3), np.uint8), np.empty((n, len(idx)))
+    try:
+        for i in range(n):
+            state = task.initial_state(rng)
+            cam.set_appearance(draw_appearance(task.model, look_rng, level()))
+            images[i] = next(iter(cam.render(state[: task.model.nq], rng).values()))
+            cam.data.qvel[:] = 0.0
+            values[i] = task.obs_from_data(cam.model, cam.data)[idx]
+    finally:
+        cam.close()
+    return images, values
+
+
+def train_perception(cfg: PerceptionConfig, log: Callable[[str], None] = print) -> tuple[Perception, dict]:
+    """Render, train, and return the model with a report (losses, seconds)."""
+    import torch
+
+    task = make_task(cfg.task)
+    _, angles = keypoints_of(task)
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    t0 = time.perf_counter()
+    rng = np.random.default_rng([cfg.seed, 11])
+    images, values = render_dataset(task, cfg.samples, rng, cfg.size, lambda: rng.uniform(0.0, 3 * TRAIN_SCALE))
+    render_s = time.perf_counter() - t0
+    log(f"rendered {cfg.samples} training images in {render_s:.0f} s")
+    mean = tuple(0.0 if a else float(values[:, i].mean()) for i, a in enumerate(angles))
+    scale = tuple(1.0 if a else float(values[:, i].std() + 1e-9) for i, a in enumerate(angles))
+    meta = Meta(task=cfg.task, keypoints=tuple(task.seen.keypoints), angles=angles, camera=task_cameras(task)[0].name,
+                size=cfg.size, mean=mean, scale=scale, width=cfg.width, seed=cfg.seed)
+    net = network(meta, n_outputs(meta))
+    x = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
+    y = torch.from_numpy(encode(meta, values))
+    steps = cfg.epochs * -(-len(x) // cfg.batch)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=steps, pct_start=0.15)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    losses = []
+    for epoch in range(cfg.epochs):
+        net.train()
+        total = 0.0
+        for b in torch.randperm(len(x), generator=gen).split(cfg.batch):
+            loss = torch.nn.functional.mse_loss(net(x[b].float()), y[b])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach()) * len(b)
+        losses.append(total / len(x))
+        log(f"epoch {epoch + 1}/{cfg.epochs}: loss {losses[-1]:.5f}")
+    train_s = time.perf_counter() - t0 - render_s
+    return Perception(meta, net), {"losses": losses, "render_seconds": render_s, "train_seconds": train_s}
+
+
+def point_groups(names: tuple[str, ...], angles: tuple[bool, ...]) -> list[list[int]]:
+    """Keypoint entries grouped into points: consecutive ``<p>_x, <p>_y[, <p>_z]`` positions."""
+    groups: list[list[int]] = []
+    for i, (name, angle) in enumerate(zip(names, angles, strict=True)):
+        stem, _, axis = name.rpartition("_")
+        if angle or axis not in ("x", "y", "z"):
+            continue
+        prev = groups[-1] if groups else None
+        if prev is not None and axis != "x" and names[prev[-1]].rpartition("_")[0] == stem:
+            prev.append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def evaluate_perception(model: Perception, severity: int, worlds, states: int, seed: int = 0) -> dict:
+    """Errors of ``model`` on renders under the appearance of camera worlds (``severity``,
+    each world seed in ``worlds``), ``states`` states each, against the true keypoints:
+    point position error (mm; several points: their mean per frame) and angle error (degrees),
+    mean and 95th percentile, and
+    milliseconds per frame (one image at a time on one CPU thread, the model's forward pass)."""
+    import torch
+
+    task = make_task(model.meta.task)
+    truth, images = [], []
+    for w in worlds:
+        look, rng = np.random.default_rng([int(w), 7]), np.random.default_rng([seed, 13, int(w)])
+        im, v = render_dataset(task, states, rng, model.meta.size, lambda: float(severity), look_rng=look)
+        images.append(im), truth.append(v)
+    images, truth = np.concatenate(images), np.concatenate(truth)
+    pred = model.predict_batch(images)
+    out: dict = {"task": task.name, "severity": int(severity), "worlds": [int(w) for w in worlds],
+                 "frames": int(len(images)), "image_size": model.meta.size}
+    groups = point_groups(model.meta.keypoints, model.meta.angles)
+    if groups:
+        err = np.mean([np.linalg.norm(pred[:, g] - truth[:, g], axis=1) for g in groups], axis=0) if len(groups) > 1 \
+            else np.linalg.norm(pred[:, groups[0]] - truth[:, groups[0]], axis=1)
+        out.update(position_error_mean_mm=1000 * float(err.mean()), position_error_p95_mm=1000 * float(np.percentile(err, 95)))
+    ang = [i for i, a in enumerate(model.meta.angles) if a]
+    if ang:
+        d = np.abs(np.angle(np.exp(1j * (pred[:, ang] - truth[:, ang])))).ravel()
+        out.update(angle_error_mean_deg=float(np.degrees(d.mean())), angle_error_p95_deg=float(np.degrees(np.percentile(d, 95))))
+    torch.set_num_threads(1)  # one frame's small convolutions: threads would only wait on each other
+    model.predict({model.meta.camera: images[0]})  # warm-up
+    t0 = time.perf_counter()
+    for i in range(min(200, len(images))):
+        model.predict({model.meta.camera: images[i]})
+    out["ms_per_frame"] = 1000 * (time.perf_counter() - t0) / min(200, len(images))
+    out["threads"] = 1
+    return out

@@ -1,0 +1,81 @@
+"""Worlds that see: rendering per seed, the appearance shift, what a camera world hides."""
+
+import numpy as np
+import pytest
+
+from twinloop.errors import TwinloopError
+from twinloop.run.compare import RunConfig
+from twinloop.tasks import make_task
+from twinloop.worlds import ShiftedWorld
+from twinloop.worlds.camera import CameraObs, CameraSpec, CameraWorld
+
+SMALL = (CameraSpec(size=32),)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("push-t")
+
+
+def images(world, seed, ticks=2):
+    out = [world.reset(seed)]
+    for _ in range(ticks):
+        out.append(world.step(np.zeros(2))[0])
+    return np.stack([o.images["top"] for o in out])
+
+
+def test_rendering_is_deterministic_per_seed(task):
+    a = images(CameraWorld(ShiftedWorld(task, 2, 3), 2, 3, SMALL), 5)
+    b = images(CameraWorld(ShiftedWorld(task, 2, 3), 2, 3, SMALL), 5)
+    other = images(CameraWorld(ShiftedWorld(task, 2, 4), 2, 4, SMALL), 5)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, other)
+
+
+def test_appearance_shift_changes_images_not_physics(task):
+    plain, shifted = CameraWorld(ShiftedWorld(task, 2, 3), 0, 3, SMALL), CameraWorld(ShiftedWorld(task, 2, 3), 3, 3, SMALL)
+    for w in (plain, shifted):
+        w.reset(7)
+    for k in range(3):
+        a = np.array([0.05 * k, -0.02 * k])
+        (oa, ia), (ob, ib) = plain.step(a), shifted.step(a)
+        assert np.array_equal(ia["qpos"], ib["qpos"]) and np.array_equal(ia["qvel"], ib["qvel"])
+        assert np.array_equal(np.asarray(oa), np.asarray(ob), equal_nan=True)
+    assert np.abs(oa.images["top"].astype(int) - ob.images["top"].astype(int)).mean() > 2.0
+
+
+def test_camera_world_hides_the_seen_entries_and_keeps_the_robots(task):
+    world = CameraWorld(ShiftedWorld(task, 0, 0), 0, 0, SMALL)
+    obs = world.reset(1)
+    truth = task.obs_from_data(world.world.model, world.world.data)
+    names = list(task.obs_names)
+    hidden = [names.index(n) for n in ("block_x", "block_y", "block_yaw", "block_vx", "block_vy", "block_wz")]
+    robot = [i for i in range(len(names)) if i not in hidden]
+    assert isinstance(obs, CameraObs) and obs.images["top"].shape == (32, 32, 3)
+    assert np.isnan(obs[hidden]).all()
+    assert np.allclose(obs[robot], truth[robot])
+
+
+def test_a_task_no_camera_sees_is_refused():
+    with pytest.raises(TwinloopError, match="nothing a camera sees"):
+        CameraWorld(ShiftedWorld(make_task("pivot"), 0, 0), 0, 0)
+
+
+def test_rgb_needs_a_perception_checkpoint():
+    with pytest.raises(TwinloopError, match="perception"):
+        RunConfig(task="push-t", observe="rgb")
+    with pytest.raises(TwinloopError, match="observe"):
+        RunConfig(task="push-t", observe="depth", perception="x.pt")
+
+
+def test_camera_video_frames_show_camera_twin_and_world_side_by_side(task):
+    from twinloop.viz.video import camera_beside
+
+    world = CameraWorld(ShiftedWorld(task, 0, 0), 0, 0, SMALL)
+    obs = world.reset(2)
+    q = world.world.data.qpos.copy()
+    views = [np.zeros((64, 64, 3), np.uint8)] * 2
+    frames = list(camera_beside(iter(views), [obs.images["top"]], [q], task, size=64))
+    assert len(frames) == 2 and frames[0].shape == (64, 192, 3)
+    assert np.array_equal(frames[0][:, :64], np.kron(obs.images["top"], np.ones((2, 2, 1), np.uint8)))
+    assert frames[0][:, 64:128].std() > 0  # the twin's reconstruction, rendered
