@@ -2,7 +2,8 @@
 
 The robot (``quadruped.xml``): a 6 kg trunk on four legs of three hinges each (hip abduction,
 hip, knee), joint position servos of one stiffness ``kp`` (the "motor strength"), feet the
-only parts that touch the floor besides the trunk. Total mass 7.7 kg, standing height 0.32 m.
+only parts that touch the floor besides the trunk. Total mass 11.6 kg (legs 1.4 kg each), standing
+height 0.32 m.
 
 Command: walk along the ray from the origin at heading ``heading`` (rad) at ``speed`` (m/s),
 facing along it. The path is followed within ``path_tolerance`` (m) when the trunk's
@@ -43,7 +44,7 @@ def wrap(angle):
 
 
 class QuadrupedWalk(Task):
-    """Walk a 12-joint quadruped (7.7 kg, trunk 0.32 m high) along a straight path: from the
+    """Walk a 12-joint quadruped (11.6 kg, trunk 0.32 m high) along a straight path: from the
     origin along heading 0 (the +x axis) at 0.5 m/s, facing along the path, for 1.5 m within
     4.5 s, never more than 0.2 m off the path and without falling (trunk below 0.16 m or
     tilted beyond 60 degrees). Actions (12,): joint position targets (rad) of the legs fl, fr,
@@ -178,7 +179,7 @@ class QuadrupedWalk(Task):
             Param("trunk_mass", ("body:trunk/mass",), 2.0, 15.0, 6.0, 1.5),
             Param("trunk_com_x", ("body:trunk/com[0]",), -0.08, 0.08, 0.0, 0.02),
             Param("foot_friction", (*feet, "geom:floor/friction[0]"), 0.1, 2.0, 0.8, 0.25),
-            Param("motor_strength", tuple(f"actuator:{j}/kp" for j in JOINTS), 10.0, 120.0, 40.0, 10.0),
+            Param("motor_strength", tuple(f"actuator:{j}/kp" for j in JOINTS), 20.0, 240.0, 80.0, 20.0),
             Param("joint_damping", tuple(f"joint:{j}/damping" for j in JOINTS), 0.05, 3.0, 0.5, 0.25),
         ))
 
