@@ -101,3 +101,16 @@ def test_the_trot_gait_falls_with_weaker_motors_under_a_heavier_trunk(task):
     controller = Controller(refiner, TrotGait(task), refine=False)
     result = run_episode(TwinWorld(task, values), controller, seed=0, record=False)
     assert result.failure == "fell"
+
+
+def test_the_walking_excitation_is_seeded_and_walks(task):
+    world = SimWorld(task)
+    paths = []
+    for seed in (1, 1, 2):
+        f, obs = task.excitation(seed), world.reset(0)
+        for k in range(40):
+            obs, info = world.step(f(obs, k))
+        assert task.failure(info["qpos"]) == ""
+        paths.append(info["qpos"][:2])
+    np.testing.assert_array_equal(paths[0], paths[1])
+    assert paths[0][0] > 0.2 and not np.allclose(paths[0], paths[2])
