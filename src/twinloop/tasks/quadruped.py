@@ -57,7 +57,7 @@ class QuadrupedWalk(Task):
     max_ticks = 112  # 4.48 s: 1.5 m at no less than 2/3 of 0.5 m/s
     cost_stride = 2
     camera = "follow"
-    success_dwell = 0.0
+    success_dwell = 0.08  # two ticks past the end of the path, standing
     max_body_speed = 10.0
     speed = 0.5  # commanded speed along the path (m/s)
     heading = 0.0  # commanded heading of the path and the trunk (rad)
