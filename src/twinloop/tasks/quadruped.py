@@ -58,7 +58,7 @@ class QuadrupedWalk(Task):
     cost_stride = 2
     camera = "follow"
     success_dwell = 0.08  # two ticks past the end of the path, standing
-    max_body_speed = 10.0
+    max_body_speed = 10.0  # the trot peaks at 3.5 m/s (a calf, nominal world); 10: a blow-up, not a stride
     speed = 0.5  # commanded speed along the path (m/s)
     heading = 0.0  # commanded heading of the path and the trunk (rad)
     distance = 1.5  # how far along the path success lies (m)
