@@ -114,3 +114,13 @@ def test_the_walking_excitation_is_seeded_and_walks(task):
         paths.append(info["qpos"][:2])
     np.testing.assert_array_equal(paths[0], paths[1])
     assert paths[0][0] > 0.2 and not np.allclose(paths[0], paths[2])
+
+
+def test_refinement_around_the_gait_plans_without_falling_back(task):
+    twin = make_twin("mujoco", task.model)
+    refiner = Refiner(task, twin, make_optimizer("predictive"),
+                      RefinerConfig(num_samples=8, horizon=task.horizon, exact_prior=True))
+    controller = Controller(refiner, TrotGait(task))
+    result = run_episode(SimWorld(task), controller, seed=0, max_ticks=5, record=False)
+    assert result.fallbacks == 0 and np.isfinite(controller.last.cost)
+    assert result.failure == ""
