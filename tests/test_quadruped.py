@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.run.experiment import run_episode
 from twinloop.tasks import make_task
@@ -124,3 +125,8 @@ def test_refinement_around_the_gait_plans_without_falling_back(task):
     result = run_episode(SimWorld(task), controller, seed=0, max_ticks=5, record=False)
     assert result.fallbacks == 0 and np.isfinite(controller.last.cost)
     assert result.failure == ""
+
+
+def test_a_bad_gait_setting_is_named(task):
+    with pytest.raises(TwinloopError, match="trot frequency"):
+        TrotGait(task, frequency=0.0)

@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from twinloop.errors import TwinloopError, as_array
+from twinloop.errors import TwinloopError, as_array, number
 from twinloop.params import Param, ParamSpace
 from twinloop.tasks.arm import quat_axis, quat_yaw
 from twinloop.tasks.base import Residual, Task, Traj
@@ -192,8 +192,9 @@ class QuadrupedWalk(Task):
     def param_space(self) -> ParamSpace:
         """Trunk mass (kg, inertia scaled alike) and its centre of mass along x (m: mass
         distribution), foot-floor friction (feet and floor, so the pair's coefficient is this
-        value), motor strength (the servos' stiffness kp, N m/rad), joint damping (N m s/rad)
-        and actuation delay (s)."""
+        value), motor strength (the servos' stiffness kp, N m/rad) and joint damping (N m s/rad).
+        Latency and sensor noise are the world's (a shifted world's delay and noise);
+        calibration estimates the delay in steps beside these."""
         feet = tuple(f"geom:{leg}_foot/friction[0]" for leg in LEGS)
         return ParamSpace((
             Param("trunk_mass", ("body:trunk/mass",), 2.0, 15.0, 6.0, 1.5),
@@ -209,10 +210,12 @@ class TrotGait:
     swinging leg's hip sweeps the foot forward while its knee bends to lift it, a standing
     leg's hip sweeps it back. The stride is sized for the commanded speed in the nominal
     physics, and steering lengthens one side's strides: ``turn = k_yaw * yaw error + k_cross *
-    cross-track error``. Written against the nominal physics; it knows nothing of a heavier
+    cross-track error``, negated (a trunk left of the path or turned left turns right). Written against the nominal physics; it knows nothing of a heavier
     trunk, weaker motors or a slippery floor.
 
-    The gait keeps its own clock: each ``propose`` is one control tick later.
+    The gait keeps its own clock: each ``propose`` is one control tick later (in real time,
+    where it is asked once per world tick or planning cycle, its clock runs at the rate of
+    those calls instead).
 
     Args:
         task: the quadruped task (its command and control period).
@@ -227,6 +230,10 @@ class TrotGait:
     def __init__(self, task: QuadrupedWalk, frequency: float = 3.0, stride: float = 0.25, lift: float = 0.5,
                  k_yaw: float = 1.0, k_cross: float = 2.0, ramp: float = 0.6, horizon: float = 1.0):
         self.task = task
+        frequency = number(frequency, "trot frequency (Hz)", low=0, low_open=True)
+        stride, lift = number(stride, "trot stride (rad)", low=0), number(lift, "trot lift (rad)", low=0)
+        ramp = number(ramp, "trot ramp (s)", low=0)
+        horizon = number(horizon, "trot horizon (s)", low=0, low_open=True)
         self.frequency, self.stride, self.lift = frequency, stride, lift
         self.k_yaw, self.k_cross, self.ramp = k_yaw, k_cross, ramp
         self.H = max(1, int(round(horizon / task.control_period)))
