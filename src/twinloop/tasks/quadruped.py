@@ -209,9 +209,10 @@ class TrotGait:
     """A trot: diagonal leg pairs (fl + rr, fr + rl) swing in turn at ``frequency`` (Hz); a
     swinging leg's hip sweeps the foot forward while its knee bends to lift it, a standing
     leg's hip sweeps it back. The stride is sized for the commanded speed in the nominal
-    physics, and steering lengthens one side's strides: ``turn = k_yaw * yaw error + k_cross *
-    cross-track error``, negated (a trunk left of the path or turned left turns right). Written against the nominal physics; it knows nothing of a heavier
-    trunk, weaker motors or a slippery floor.
+    physics, and steering lengthens one side's strides: ``turn = -(k_yaw * yaw error + k_cross *
+    cross-track error)`` (a trunk left of the path, or turned left, turns right). Written
+    against the nominal physics; it knows nothing of a heavier trunk, weaker motors or a
+    slippery floor.
 
     The gait keeps its own clock: each ``propose`` is one control tick later (in real time,
     where it is asked once per world tick or planning cycle, its clock runs at the rate of
