@@ -59,6 +59,8 @@ def _loop(summary: dict, recipe: dict | None) -> str:
         return "evaluate"
     if "rounds" in summary and "baselines" in summary:
         return "distill"
+    if isinstance(summary.get("calibration"), dict):
+        return "calibrate"
     if isinstance(summary.get("results"), list):
         return "run"
     return "other"
@@ -123,6 +125,21 @@ def _evaluate_body(summary: dict) -> list[str]:
     return lines
 
 
+def _calibrate_body(summary: dict) -> list[str]:
+    cal = summary["calibration"]
+    truth = ((summary.get("world") or {}) if isinstance(summary.get("world"), dict) else {}).get("params") or {}
+    lines = [_world_line(summary), "",
+             f"Fit: `{cal.get('method', '?')}` on {summary.get('episodes', '?')} episodes ({cal.get('n_windows', '?')} "
+             f"windows), actuation delay {cal.get('delay_steps', '?')} steps.", "",
+             "| parameter | estimate | 95% interval | truth | error | identifiable |", "|---|---|---|---|---|---|"]
+    for name, est, (lo, hi), ok in zip(cal["names"], cal["estimate"], cal["interval"], cal["identifiable"], strict=True):
+        true = truth.get(name)
+        err = f"{100 * (est - true) / true:+.1f}%" if true else "-"
+        lines.append(f"| {name} | {est:.4g} | [{lo:.4g}, {hi:.4g}] | {'-' if true is None else f'{true:.4g}'} | "
+                     f"{err} | {'yes' if ok else 'NO'} |")
+    return lines
+
+
 def _generic_body(summary: dict) -> list[str]:
     keys = sorted(k for k, v in summary.items() if isinstance(v, (int, float, str)) and k != "wall_time_s")
     return [_world_line(summary), ""] + [f"- {k}: `{summary[k]}`" for k in keys]
@@ -154,7 +171,7 @@ def section(entry: dict) -> list[str]:
     else:
         lines += [f"No recipe file (`src/twinloop/recipes/{name}.toml`) yet: the summary's `config` "
                   "block is the full specification of the run.", ""]
-    body = {"run": _run_body, "evaluate": _evaluate_body}.get(entry["loop"], _generic_body)
+    body = {"run": _run_body, "evaluate": _evaluate_body, "calibrate": _calibrate_body}.get(entry["loop"], _generic_body)
     lines += body(summary)
     lines += ["", f"Source: `results/{name}.json` (the run's `summary.json`).", ""]
     return lines

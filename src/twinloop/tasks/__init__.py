@@ -29,6 +29,7 @@ TASKS: dict[str, str | Callable[..., Task]] = {
     "peg-insert": "twinloop.tasks.peg_insert:PegInsert",
     "pusher-v5": "twinloop.tasks.pusher_v5:PusherV5",
     "cloth-fold": "twinloop.tasks.cloth_fold:ClothFold",
+    "quadruped-walk": "twinloop.tasks.quadruped:QuadrupedWalk",
     "rope-shape": "twinloop.tasks.rope_shape:RopeShape",
 }
 
