@@ -28,6 +28,7 @@ TASKS: dict[str, str | Callable[..., Task]] = {
     "peg-insert": "twinloop.tasks.peg_insert:PegInsert",
     "pusher-v5": "twinloop.tasks.pusher_v5:PusherV5",
     "cloth-fold": "twinloop.tasks.cloth_fold:ClothFold",
+    "cloth-fold-2": "twinloop.tasks.cloth_fold_2:ClothFold2",
     "rope-shape": "twinloop.tasks.rope_shape:RopeShape",
 }
 
