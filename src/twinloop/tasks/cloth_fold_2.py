@@ -36,8 +36,9 @@ from twinloop.tasks.deformable import SwingConfig, SwingScript
 from twinloop.tasks.two_grasp import TwoArmScript, TwoGraspTask
 
 # The scripted fold, chosen on the nominal towel alone (benchmarks/deformable_script_grid.py
-# cloth-fold-2; the rule and the grid are in its docstring).
-FOLD2 = SwingConfig(arc_time=1.6, release=0.8, arc_height=0.2, arc_radius=0.9)
+# cloth-fold-2; the rule and the grid are in its docstring): 10/10 nominal episodes (seeds
+# 90000-90009), 10.4 ticks, 8.4 mm mean final error; the next best 9/10.
+FOLD2 = SwingConfig(arc_time=1.6, release=1.0, arc_height=0.15, arc_radius=0.9)
 
 
 def fold_in_half(points) -> np.ndarray:
