@@ -1,7 +1,7 @@
 """What a second gripper costs in refine rate: cloth-fold-2 against cloth-fold, same machine, same load.
 
-Each setting builds the task's refiner (its own defaults, with ``num_samples`` / ``horizon`` /
-``n_knots`` overridden where the setting says) and times ``refine`` from the first tick of
+Each setting builds the task's refiner (its own defaults, as ``twinloop run`` applies them,
+with ``num_samples`` / ``n_knots`` overridden where the setting says) and times ``refine`` from the first tick of
 episode seed 0 in the shifted world of world seed 0 (the base's chunk as the prior), the
 settings interleaved round by round so that a change of load falls on all of them alike. Reports
 the median refine time, the rollout steps per refine and each setting's time as a ratio to
@@ -16,17 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from twinloop.run.compare import RunConfig, build
+from twinloop.run.config import configure
+from twinloop.tasks import task_defaults
 
 #: name -> (task, refiner overrides)
 SETTINGS = {
     "cloth-fold defaults": ("cloth-fold", {}),
     "cloth-fold-2 defaults": ("cloth-fold-2", {}),
+    "cloth-fold K=32": ("cloth-fold", {"num_samples": 32}),
     "cloth-fold-2 K=32": ("cloth-fold-2", {"num_samples": 32}),
     "cloth-fold-2 K=128": ("cloth-fold-2", {"num_samples": 128}),
     "cloth-fold-2 knots=8": ("cloth-fold-2", {"n_knots": 8}),
@@ -34,11 +36,12 @@ SETTINGS = {
 
 
 def setup(task_name: str, overrides: dict):
-    """``(refiner, state, prior)`` at the first tick of episode seed 0."""
-    cfg = RunConfig(task=task_name, world="shifted", video=False, record=False)
+    """``(refiner, state, prior)`` at the first tick of episode seed 0, the task's defaults
+    applied as ``twinloop run`` applies them, then ``overrides``."""
+    cli = {"experiment.task": task_name, "experiment.world": "shifted", "experiment.video": False,
+           "experiment.record": False, **{f"planner.refiner.{k}": v for k, v in overrides.items()}}
+    cfg, _ = configure(RunConfig, task_defaults(task_name), cli=cli)
     task, world, proposer, refiner = build(cfg, check_twin=False)
-    if overrides:
-        refiner = type(refiner)(task, refiner.twin, refiner.optimizer, replace(refiner.config, **overrides), refiner.params)
     obs = world.reset(0)
     state = task.state_from_obs(obs)
     prior = refiner.plan_from_actions(proposer.propose(obs, state))
@@ -47,7 +50,7 @@ def setup(task_name: str, overrides: dict):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", default="benchmarks/results/two_arm_rate.json")
     a = ap.parse_args()
     built = {name: setup(*spec) for name, spec in SETTINGS.items()}
