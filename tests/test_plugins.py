@@ -77,7 +77,7 @@ def test_a_task_loads_from_an_installed_entry_point(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("arm-push", "unknown task 'arm-push'; choose one of: block-push"),
+        ("arm-push", "unknown task 'arm-push'; choose one of: bar-lift, block-push"),
         ("arm-push", "path/to/file.py:Name"),
         ("{d}/missing.py:MyPush", "missing.py' not found"),
         ("{d}/mytasks.py:Nope", "has no 'Nope'; it defines: MyPush, not_a_task"),

@@ -30,6 +30,8 @@ TASKS: dict[str, str | Callable[..., Task]] = {
     "pusher-v5": "twinloop.tasks.pusher_v5:PusherV5",
     "cloth-fold": "twinloop.tasks.cloth_fold:ClothFold",
     "quadruped-walk": "twinloop.tasks.quadruped:QuadrupedWalk",
+    "cloth-fold-2": "twinloop.tasks.cloth_fold_2:ClothFold2",
+    "bar-lift": "twinloop.tasks.bar_lift:BarLift",
     "rope-shape": "twinloop.tasks.rope_shape:RopeShape",
 }
 

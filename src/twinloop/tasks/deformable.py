@@ -412,10 +412,12 @@ class SwingScript:
         point: index of the grasped point among ``task.points``.
         start, goal: ``(3,)`` where that point starts (nominally) and where it belongs.
         config: :class:`SwingConfig`.
+        arm: which gripper swings (of a task with several: its joints ``3 arm .. 3 arm + 2``,
+            its grasp activation ``arm``, its actions ``4 arm .. 4 arm + 3``).
     """
 
-    def __init__(self, task: GraspTask, point: int, start, goal, config: SwingConfig | None = None):
-        self.task, self.config = task, config or SwingConfig()
+    def __init__(self, task: GraspTask, point: int, start, goal, config: SwingConfig | None = None, arm: int = 0):
+        self.task, self.config, self.arm = task, config or SwingConfig(), int(arm)
         self.dt = task.control_period
         self.H = max(1, int(round(1.0 / self.dt)))
         start, goal = np.asarray(start, dtype=float), np.asarray(goal, dtype=float)
@@ -432,7 +434,7 @@ class SwingScript:
         t, cfg = self.task, self.config
         s = as_array(state, "state", (t.nstate,))
         m = t.model
-        grip, act = s[0:3], float(s[m.nq + m.nv])
+        grip, act = s[3 * self.arm : 3 * self.arm + 3], float(s[m.nq + m.nv + self.arm])
         p = t.keypoint_positions(s[: m.nq])[self.point]
         if act > 0.5 and np.linalg.norm(grip - p) < t.capture_radius:  # held: swing on
             keys = self._swing(self._angle(p), 0.0)
@@ -463,4 +465,4 @@ class SwingScript:
         return keys + [(times[-1] + 0.08 / cfg.travel_speed, arc[-1] + [0, 0, 0.08], 0.0)]
 
     def _sample(self, keys: list) -> np.ndarray:
-        return sample_keys(self.task, keys, self.H, self.config.lag)
+        return sample_keys(self.task, keys, self.H, self.config.lag, self.arm)

@@ -185,6 +185,6 @@ class KeypointObserver:
             state = t.state_from_obs(obs)
         else:
             g, gv, act, pts, _ = t.split_obs(obs)
-            state = self.estimator.correct(pred, g, gv, [act], pts, t.settle_ctrl(g, act))
+            state = self.estimator.correct(pred, g, gv, np.ravel(act), pts, t.settle_ctrl(g, act))
         self._state, self._action = state, None
         return state

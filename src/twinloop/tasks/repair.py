@@ -15,17 +15,19 @@ if TYPE_CHECKING:
     from twinloop.tasks.deformable import GraspTask
 
 
-def sample_keys(task: GraspTask, keys: list, ticks: int, lag: float) -> np.ndarray:
+def sample_keys(task: GraspTask, keys: list, ticks: int, lag: float, arm: int = 0) -> np.ndarray:
     """``(ticks, 4)`` actions from keys ``(time s, (3,) gripper target m, grasp 0-1)``: targets
     interpolated linearly between keys at the tick times, ``lag`` ahead (where the PD stage
-    should be then), the grasp command of the last key reached; clipped to the action bounds."""
+    should be then), the grasp command of the last key reached; clipped to the action bounds of
+    gripper ``arm`` (its four actions: ``4 arm .. 4 arm + 3``)."""
     times = np.array([k[0] for k in keys])
     xyz = np.array([k[1] for k in keys])
     grasp = np.array([k[2] for k in keys])
     at = task.control_period * np.arange(1, ticks + 1) + lag
     out = np.column_stack([*(np.interp(at, times, xyz[:, i]) for i in range(3)),
                            grasp[np.searchsorted(times, at, side="right") - 1]])
-    return np.clip(out, task.action_low, task.action_high)
+    arm_actions = slice(4 * arm, 4 * arm + 4)
+    return np.clip(out, task.action_low[arm_actions], task.action_high[arm_actions])
 
 
 @dataclass(frozen=True)
