@@ -38,7 +38,8 @@ def test_every_recipe_runs_for_one_episode(name, tmp_path):
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "summary.json").read_text())
     if recipe.command == "run":
-        assert all(s["config_sources"][p] == "recipe" for p in recipe.settings if p != "experiment.episodes")
+        assert all(s["config_sources"][p] == "recipe" for p in recipe.settings
+                   if p not in ("experiment.episodes", "experiment.video", "experiment.record"))  # the command line's
         assert s["config_sources"]["experiment.episodes"] == "cli"
 
 
