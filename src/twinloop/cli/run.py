@@ -100,6 +100,8 @@ RUN_OPTIONS = {
     "experiment.out": ("out",),
     "experiment.record": ("record",),
     "experiment.video": ("video",),
+    "experiment.view": ("view",),
+    "experiment.view_port": ("view-port",),
     "proposer": ("proposer",),
     "checkpoint": ("checkpoint",),
     "planner.optimizer": ("optimizer",),

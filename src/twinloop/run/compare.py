@@ -137,7 +137,9 @@ class RunConfig:
                 (g.commit is not None, "repair_commit carries a repair on tick by tick; it cannot run in real time "
                  "(realtime=True)"),
                 (g.observer, "observer=True predicts the last estimate one control tick ahead; the real-time "
-                 "controller's ticks have no fixed period (realtime=True)")):
+                 "controller's ticks have no fixed period (realtime=True)"),
+                (self.experiment.view, "view=True watches the synchronous controller's ticks; it cannot run in real "
+                 "time (realtime=True)")):
             if on:
                 raise TwinloopError(why)
 
@@ -201,8 +203,10 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     (:func:`~twinloop.run.config.sources_of`). ``summary.json`` records both.
     """
     task, world, proposer, refiner = build(cfg)  # the driver checks the twin and the output folder first
+    view = None
     try:
         out = output_folder(cfg.experiment.out, mode)  # before the episodes: a bad --out fails now
+        view = start_view(cfg, task, executor, log)
         planning = planning_choice(cfg, task, refiner.twin.param_space)[2]  # a posterior used, or why not
         if planning is not None:
             log(planning_message(planning))
@@ -213,9 +217,11 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
                 f"{cfg.monitor_episodes} refined episodes in the nominal twin")
         names = (["base"] if proposer is not None else []) + ["refined"]
         t_start = time.perf_counter()
-        all_eps = _run_episodes(cfg, task, world, names, out, watch, progress, executor)
+        all_eps = _run_episodes(cfg, task, world, names, out, watch, progress, executor, view)
     finally:
         world.close()  # a remote world's socket, a real-time world's clock
+        if view is not None:
+            view.close()
     summary = _summary(cfg, task, world, refiner, all_eps, sources)
     summary["planning_twin"] = planning
     summary["wall_time_s"] = time.perf_counter() - t_start
@@ -237,15 +243,31 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     return summary
 
 
+def start_view(cfg: RunConfig, task, executor: Executor | None, log: Callable[[str], None]):
+    """The run's live view (``cfg.experiment.view``), serving before any episode runs, or
+    ``None``. It watches controllers in this process: the serial executor's."""
+    e = cfg.experiment
+    if not e.view:
+        return None
+    if executor is not None and not isinstance(executor, SerialExecutor):
+        raise TwinloopError(f"view=True watches the controllers in this process; the {type(executor).__name__} runs "
+                            "them elsewhere: use the serial executor")
+    from twinloop.viz.live import open_view
+
+    view = open_view(task, e.view_host, e.view_port)
+    log(f"live view: {view.url}")
+    return view
+
+
 def _run_episodes(cfg: RunConfig, task, world, names: list[str], out: Path, watch, progress,
-                  executor: Executor | None) -> dict[str, list]:
+                  executor: Executor | None, view=None) -> dict[str, list]:
     """Every controller's episodes (``{name: [EpisodeResult]}``), each written to its dataset as
     it arrives; an episode cut short by an error is written with what it recorded."""
     seeds = episode_seeds(cfg)
     record = cfg.experiment.record
     datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if record else {}
     n_ticks = world_ticks(cfg, task, world)
-    batches = [EpisodeBatch(partial(controller_in_world, cfg, n, watch), seeds,
+    batches = [EpisodeBatch(partial(controller_in_world, cfg, n, watch, view), seeds,
                             options={"max_ticks": n_ticks, "record": record}, stats=episode_stats)
                for n in names]
     counts = dict.fromkeys(names, 0)
@@ -278,7 +300,7 @@ def _summary(cfg: RunConfig, task, world, refiner, all_eps: dict, sources: dict 
         if cfg.realtime:
             results[-1]["realtime"] = realtime_summary([e.stats for e in eps])
     extra = ("world_params", "alarms", "refits", "rejected_refits", "accept", "twin_cost_error", "peak_body_speed",
-             "peak_body")
+             "peak_body", "tuned")
     return {
         "task": task.name,
         "world": world.describe(),
