@@ -1,19 +1,10 @@
 """The live view: ticks published without waiting, the page drawn in a real browser, the
 planner tuned from the page, and bad input (a port in use, a closed browser)."""
 
-import base64
-import io
-import json
 import os
-import re
-import shutil
 import socket
-import subprocess
-import tempfile
 import time
-import urllib.request
 
-import imageio.v2 as imageio
 import numpy as np
 import pytest
 
@@ -22,6 +13,7 @@ pytest.importorskip("viser")
 from twinloop.errors import TwinloopError  # noqa: E402
 from twinloop.run.build import controller_in_world  # noqa: E402
 from twinloop.run.compare import RunConfig, run_comparison  # noqa: E402
+from twinloop.viz.browser import Browser, chromium, colour_pixels  # noqa: E402
 from twinloop.viz.live import LiveView, TickSnapshot, open_view  # noqa: E402
 from twinloop.viz.panels import CANDIDATE, CHOSEN  # noqa: E402
 
@@ -114,53 +106,7 @@ def test_a_port_in_use_fails_before_the_run_naming_the_port(tmp_path):
 
 # -- the page in a real browser ----------------------------------------------------------------
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-class Browser:
-    """Headless Chromium driven over its DevTools protocol (software WebGL: SwiftShader)."""
-
-    def __init__(self, url: str, width: int = 800, height: int = 560):
-        from websockets.sync.client import connect
-
-        self.profile = tempfile.mkdtemp()
-        self.proc = subprocess.Popen(
-            [_chromium(), "--headless=new", "--no-sandbox", "--use-gl=angle", "--use-angle=swiftshader",
-             "--enable-unsafe-swiftshader", f"--window-size={width},{height}", "--remote-debugging-port=0",
-             f"--user-data-dir={self.profile}", url], stderr=subprocess.PIPE, text=True)
-        for line in self.proc.stderr:
-            m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-            if m:
-                break
-        else:
-            raise RuntimeError("chromium did not start its DevTools server")
-        tabs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/json"))
-        self.ws = connect(next(t for t in tabs if t["type"] == "page")["webSocketDebuggerUrl"], max_size=2**26)
-        self.n = 0
-
-    def screenshot(self) -> np.ndarray:
-        self.n += 1
-        self.ws.send(json.dumps({"id": self.n, "method": "Page.captureScreenshot", "params": {"format": "png"}}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == self.n:
-                return imageio.imread(io.BytesIO(base64.b64decode(msg["result"]["data"])))[..., :3]
-
-    def close(self) -> None:
-        self.ws.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-
-def colour_pixels(img: np.ndarray, rgb, tol: int = 60) -> int:
-    """Pixels of the 3-D canvas (left of the page's panel) within ``tol`` (L1) of ``rgb``."""
-    canvas = img[:, : int(img.shape[1] * 0.6)].astype(int)
-    return int((np.abs(canvas - np.array(rgb)).sum(-1) < tol).sum())
-
-
-@pytest.mark.skipif(_chromium() is None and not os.environ.get("TWINLOOP_REQUIRE_BROWSER"),
+@pytest.mark.skipif(chromium() is None and not os.environ.get("TWINLOOP_REQUIRE_BROWSER"),
                     reason="no chromium (CI installs it: .ci/run)")
 def test_the_page_draws_the_ghost_traces_and_control_goes_on_when_the_browser_closes(view):
     world, ctl = controller_in_world(CFG, "refined", None, view)
@@ -181,3 +127,47 @@ def test_the_page_draws_the_ghost_traces_and_control_goes_on_when_the_browser_cl
     n = view.published
     _ticks(world, ctl, obs, 2)
     assert view.published == n + 2 and view.error == ""
+
+
+# -- a recorded dataset replayed ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """Refined push-t episodes recorded in the nominal world and in a shifted one."""
+    root = tmp_path_factory.mktemp("replay")
+    for world in ("nominal", "shifted"):
+        run_comparison(RunConfig(task="push-t", world=world, episodes=1, max_ticks=8, video=False,
+                                 out=str(root / world)), log=lambda _m: None)
+    return {w: root / w / "episodes" / "refined" for w in ("nominal", "shifted")}
+
+
+def test_the_twins_replay_matches_a_nominal_world_and_parts_from_a_shifted_one(recorded):
+    from twinloop.viz.replay import open_dataset, twin_replay, world_qpos
+
+    gaps = {}
+    for world, path in recorded.items():
+        ds, task = open_dataset(path)
+        ep = ds.read(ds.indices[0])
+        gaps[world] = np.linalg.norm(world_qpos(ep) - twin_replay(task, ep), axis=1)
+    assert gaps["nominal"].max() < 1e-9
+    assert gaps["shifted"].max() > 1e-3
+
+
+def test_a_dataset_of_another_task_is_refused_naming_both(recorded):
+    from twinloop.viz.replay import open_dataset
+
+    with pytest.raises(TwinloopError, match="recorded on task 'push-t', not 'block-push'"):
+        open_dataset(recorded["shifted"], "block-push")
+
+
+def test_scrubbing_the_replay_moves_the_scene_to_that_tick(recorded):
+    from twinloop.viz.replay import ReplayView, open_dataset
+
+    page = ReplayView(*open_dataset(recorded["shifted"]), port=0)
+    try:
+        page.show(5)
+        assert np.allclose(page.world.data.qpos, page.q_world[5])
+        assert np.allclose(page.twin.data.qpos, page.q_twin[5])
+        assert "tick 5" in page.status.content
+    finally:
+        page.close()

@@ -167,7 +167,8 @@ def episode_stats(world, controller) -> dict:
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
     """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
     (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
-    ones highlighted and the chosen plan marked."""
+    ones highlighted, the base proposal (the refiner's row 1) marked, and the plan sent marked:
+    the lowest-cost candidate, or the base proposal where an acceptance rule sent it."""
 
     def f(tick):
         res = tick.result
@@ -177,8 +178,11 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
         points = task.trace_points(r.qpos[0], r.sensordata[0])
         if points.shape[-2] == 0:
             return None
+        base = 1 if np.isfinite(res.prior_cost) else None
         chosen = int(np.argmin(np.where(np.isfinite(res.costs), res.costs, np.inf)))
-        return ghosts_from_rollouts(points, res.costs, chosen=chosen, max_candidates=max_candidates)
+        if base is not None and tick.accept.startswith("base"):
+            chosen = base
+        return ghosts_from_rollouts(points, res.costs, chosen=chosen, max_candidates=max_candidates, base=base)
 
     return f
 
@@ -303,6 +307,7 @@ def _summary(cfg: RunConfig, task, world, refiner, all_eps: dict, sources: dict 
              "peak_body", "tuned")
     return {
         "task": task.name,
+        "error_unit": getattr(task, "error_unit", ""),  # the unit of every final error below
         "world": world.describe(),
         "seed": cfg.experiment.seed,
         "episodes": cfg.experiment.episodes,

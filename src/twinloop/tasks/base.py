@@ -66,6 +66,7 @@ class Task:
         obs_names: names of the observation entries (default: the observation is the full
             twin state, named ``qpos:i``, ``qvel:i``, ``act:i``).
         camera: a model camera name for videos, or ``None`` for an orthographic top-down view.
+        error_unit: the unit of :meth:`error` (tables and plots label the final error with it).
         action_low, action_high: ``(nu,)`` action bounds (default: the actuators' ctrlrange).
         gym_id: the gymnasium env this task's twin models (``--world gym`` uses it), or
             ``None``; its observation and action maps are :meth:`obs_from_env` and
@@ -104,6 +105,7 @@ class Task:
     max_ticks: int = 100
     cost_stride: int = 5
     camera: str | None = None
+    error_unit: str = "m"
     gym_id: str | None = None
     defaults: Mapping[str, object] = MappingProxyType({
         "planner.optimizer": "mppi",
@@ -439,7 +441,8 @@ class SceneTask(Task):
         error: ``f((..., nq) qpos) -> (...)`` distance to the goal.
         tolerance: success threshold on ``error``.
         success: optional ``f((nq,) qpos) -> bool`` replacing the threshold test.
-        name, control_period, max_ticks, cost_stride, success_dwell: as the class attributes.
+        name, control_period, max_ticks, cost_stride, success_dwell, error_unit: as the class
+            attributes (``error_unit`` unknown by default).
         horizon: the task's default planning horizon (s): its ``planner.refiner.horizon``
             default (:attr:`Task.defaults`).
         start_noise: half-width of the uniform noise added to the start ``qpos``.
@@ -449,9 +452,10 @@ class SceneTask(Task):
                  tolerance: float = 0.0, success: Callable[[np.ndarray], bool] | None = None, *,
                  name: str = "scene", control_period: float = 0.05, horizon: float = 1.0,
                  max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0,
-                 success_dwell: float = Task.success_dwell):
+                 success_dwell: float = Task.success_dwell, error_unit: str = ""):
         self.xml = str(Path(xml).resolve())
         self.name = str(name)
+        self.error_unit = str(error_unit)  # unknown unless given: tables then say "task units"
         self._residuals = tuple(residuals)
         if not self._residuals or not all(isinstance(r, Residual) for r in self._residuals):
             raise TwinloopError("residuals must be a non-empty sequence of Residual")
