@@ -109,7 +109,10 @@ class ViewHook(TickHook):
 
     def begin(self, state: np.ndarray) -> str:
         if self.tunes and self.k:
+            n = len(self.tuned)
             self.view.tuning.apply(self.controller, self.k, self.tuned)
+            if len(self.tuned) > n:  # another optimizer has other fields: the controls follow
+                self.view.show_settings(planner_settings(self.controller.refiner))
         return ""
 
     def sent(self, state: np.ndarray, tick) -> None:
