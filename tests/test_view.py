@@ -136,7 +136,7 @@ def recorded(tmp_path_factory):
     """Refined push-t episodes recorded in the nominal world and in a shifted one."""
     root = tmp_path_factory.mktemp("replay")
     for world in ("nominal", "shifted"):
-        run_comparison(RunConfig(task="push-t", world=world, episodes=1, max_ticks=8, video=False,
+        run_comparison(RunConfig(task="push-t", world=world, episodes=1, max_ticks=6, video=False,
                                  out=str(root / world)), log=lambda _m: None)
     return {w: root / w / "episodes" / "refined" for w in ("nominal", "shifted")}
 
