@@ -171,7 +171,7 @@ def test_a_task_default_reaches_the_run_and_the_command_line_overrides_it(tmp_pa
 def test_run_help_shows_few_options_and_points_to_set():
     out = runner.invoke(app, ["run", "--help"]).output
     options = [line for line in out.splitlines() if line.startswith(("│ --", "│ -k"))]
-    assert 20 <= len(options) <= 30  # 23 fields, --recipe, --set, --overwrite, --token, --executor, --address, --help
+    assert 20 <= len(options) <= 32  # 25 fields, --recipe, --set, --overwrite, --token, --executor, --address, --help
     assert "--set" in out and "--recipe" in out
     params = {p.name: p for p in typer.main.get_command(app).commands["run"].params}
     assert params["horizon"].help.startswith("planning horizon (s)")  # the field's own description
