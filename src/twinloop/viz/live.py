@@ -249,10 +249,10 @@ class LiveView:
         self.server.stop()
 
 
-def open_view(task, host: str, port: int) -> LiveView:
-    """A :class:`LiveView` of ``task`` on ``host:port``; a :class:`TwinloopError` names a port in
-    use or a missing viser."""
+def open_view(task, host: str, port: int, max_rate: float = 30.0) -> LiveView:
+    """A :class:`LiveView` of ``task`` on ``host:port`` (at most ``max_rate`` page updates a
+    second); a :class:`TwinloopError` names a port in use or a missing viser."""
     try:
-        return LiveView(task, host, port)
+        return LiveView(task, host, port, max_rate)
     except OSError as exc:
         raise TwinloopError(f"the live view cannot start on {host}:{port}: {exc}") from exc
