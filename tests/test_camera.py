@@ -61,9 +61,15 @@ def test_a_task_no_camera_sees_is_refused():
         CameraWorld(ShiftedWorld(make_task("pivot"), 0, 0), 0, 0)
 
 
-def test_rgb_needs_a_perception_checkpoint():
-    with pytest.raises(TwinloopError, match="perception"):
-        RunConfig(task="push-t", observe="rgb")
+def test_rgb_reads_the_tasks_shipped_model_unless_given_one_and_a_task_without_one_is_told_how():
+    from twinloop.run.build import camera_estimator
+
+    cfg = RunConfig(task="push-t", observe="rgb")  # the shipped push-t model by default
+    assert camera_estimator(cfg, make_task("push-t")).perception.meta.task == "push-t"
+    with pytest.raises(TwinloopError, match="ships no perception model.*perception train --task block-push"):
+        camera_estimator(RunConfig(task="block-push", observe="rgb"), make_task("block-push"))
+    with pytest.raises(TwinloopError, match="observe"):
+        RunConfig(task="push-t", perception="x.pt")
     with pytest.raises(TwinloopError, match="observe"):
         RunConfig(task="push-t", observe="depth", perception="x.pt")
 

@@ -13,7 +13,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import typer  # noqa: E402
 
-from twinloop.cli import calib, dataset, distill, evaluate, perception, recipe, run, serve  # noqa: E402
+from twinloop.cli import calib, dataset, distill, evaluate, perception, recipe, run, serve, view  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Rehearse each action in a digital twin before acting; keep the twin calibrated.")
@@ -41,7 +41,7 @@ def _main(
     """Rehearse each action in a digital twin before acting; keep the twin calibrated."""
 
 
-for _group in (run, calib, distill, evaluate, serve):
+for _group in (run, calib, distill, evaluate, serve, view):
     for _command in _group.COMMANDS:
         app.command()(_command)
 for _name, _sub in {**dataset.GROUPS, **recipe.GROUPS, **perception.GROUPS}.items():

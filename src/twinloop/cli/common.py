@@ -68,7 +68,8 @@ def results_table(summary: dict) -> Table:
     t = Table(title=f"{summary['task']} in {world_label(summary['world'])} world "
                     f"({summary['episodes']} episodes per controller, seed {summary['seed']})")
     realtime = any("realtime" in r for r in summary["results"])
-    cols = ["controller", "success", "95% CI", "final error", "control Hz"]
+    unit = summary.get("error_unit") or "task units"
+    cols = ["controller", "success (episodes)", "95% CI", f"final error ({unit}, mean)", "control rate (Hz)"]
     cols += ["deadline misses", "plan cycles > period"] if realtime else []
     for col in cols:
         t.add_column(col, justify="right" if col != "controller" else "left")

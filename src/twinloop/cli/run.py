@@ -101,6 +101,7 @@ RUN_OPTIONS = {
     "experiment.out": ("out",),
     "experiment.record": ("record",),
     "experiment.video": ("video",),
+    "experiment.view": ("view",),
     "proposer": ("proposer",),
     "checkpoint": ("checkpoint",),
     "planner.optimizer": ("optimizer",),
@@ -111,7 +112,6 @@ RUN_OPTIONS = {
     "realtime": ("realtime",),
     "monitor": ("monitor",),
     "observe": ("observe",),
-    "perception": ("perception",),
 }
 
 

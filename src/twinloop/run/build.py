@@ -105,23 +105,27 @@ def planner_twin(planner, task, space=None):
     return make_twin(planner.backend, task.model, space, **({"timestep": step} if coarse else {}))
 
 
-def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None):
+def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None, view=None):
     """``(world, controller)`` of the comparison's controller ``name`` (``base`` | ``refined``):
     the picklable factory of an :class:`~twinloop.run.executor.EpisodeBatch`. The refined
     controller of a run with ``cfg.monitor`` watches with ``watch``, the ``(error, threshold)``
-    calibrated by :func:`calibrate_monitor`."""
-    task, world, proposer, refiner = build(cfg, check_twin=False)
+    calibrated by :func:`calibrate_monitor`. With a live ``view``
+    (:class:`~twinloop.viz.live.LiveView`, in this process) each tick is published to it (the
+    refiner keeps its rollouts for the ghost traces)."""
+    task, world, proposer, refiner = build(cfg, keep_rollouts=view is not None, check_twin=False)
+    hooks = [] if view is None else [view.hook(name)]
     if name == "base":
-        return world, Controller(refiner, proposer, refine=False, estimator=camera_estimator(cfg, task))
+        return world, Controller(refiner, proposer, refine=False, estimator=camera_estimator(cfg, task), hooks=hooks)
     if cfg.realtime:
         return world, AsyncController(refiner, proposer, cfg.async_control,
                                       sources=candidate_sources_of(task, cfg, proposer))
-    return world, refined_controller(cfg, task, proposer, refiner, watch)
+    return world, refined_controller(cfg, task, proposer, refiner, watch, hooks)
 
 
-def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | None = None) -> Controller:
+def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | None = None,
+                       extra_hooks=()) -> Controller:
     """The synchronous refined controller, watched by the run's gap monitor (if any) with
-    ``watch = (error, threshold)``."""
+    ``watch = (error, threshold)``; ``extra_hooks`` are called after the run's own."""
     monitor = None
     if cfg.monitor is not None:
         if watch is None:
@@ -130,7 +134,7 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
     stateful = cfg.grasp is not None and cfg.grasp.observer
     estimator = task.state_estimator(stateful, None if refiner.params is None else refiner.params[0])
     estimator = camera_estimator(cfg, task, estimator) or estimator
-    hooks = ([] if monitor is None else [GapWatch(monitor)]) + acceptance_hooks(cfg.refiner)
+    hooks = ([] if monitor is None else [GapWatch(monitor)]) + acceptance_hooks(cfg.refiner) + list(extra_hooks)
     return Controller(refiner, proposer, estimator=estimator, sources=candidate_sources_of(task, cfg, proposer),
                       hooks=hooks)
 
@@ -144,8 +148,12 @@ def camera_estimator(cfg: RunConfig, task, inner=None):
         CameraEstimator,
         load_perception,
     )
+    from twinloop.perception.model import shipped
 
-    return CameraEstimator(task, load_perception(cfg.perception, task.name), inner)
+    if cfg.perception is None and shipped(task.name) is None:
+        raise TwinloopError(f"observe='rgb': task {task.name!r} ships no perception model; train one with "
+                            f"`twinloop perception train --task {task.name}` and pass --set perception=CKPT")
+    return CameraEstimator(task, load_perception(cfg.perception or task.name, task.name), inner)
 
 
 def repair_options(cfg: RunConfig) -> dict:

@@ -101,10 +101,10 @@ class RunConfig:
         monitor_episodes: nominal episodes the monitor's threshold is calibrated on.
         observe: what the controllers see: ``state`` (the world's observation vector) | ``rgb``
             (camera images of a simulated world, under an appearance shift of the world's
-            ``severity`` drawn by its seed, plus the robot's own joint state; needs
+            ``severity`` drawn by its seed, plus the robot's own joint state, read by
             ``perception``). Not in real time.
         perception: the perception checkpoint (``twinloop perception train``) that reads the
-            images with ``observe='rgb'``.
+            images with ``observe='rgb'``; ``None``: the task's shipped model (``push-t``).
         appearance: with ``observe='rgb'``, the appearance shift's severity (0..3; ``None``: the
             world's ``severity``), drawn by the world's seed.
 
@@ -146,9 +146,9 @@ class RunConfig:
         if self.monitor is not None:
             choose("monitor", self.monitor, ACTIONS)
         choose("observe", self.observe, OBSERVE)
-        if (self.observe == "rgb") != (self.perception is not None):
-            raise TwinloopError("observe='rgb' reads images with a perception checkpoint: give both --observe rgb and "
-                                f"--perception CKPT (got observe={self.observe!r}, perception={self.perception!r})")
+        if self.perception is not None and self.observe != "rgb":
+            raise TwinloopError(f"perception={self.perception!r} reads camera images: it needs observe='rgb' "
+                                f"(got observe={self.observe!r})")
         if self.appearance is not None:
             object.__setattr__(self, "appearance", number(self.appearance, "appearance", low=0, high=3, integer=True))
             if self.observe != "rgb":
@@ -168,7 +168,9 @@ class RunConfig:
                 (self.observe == "rgb", "observe='rgb' renders the world's images between its steps; it cannot run "
                  "in real time (realtime=True)"),
                 (g.observer, "observer=True predicts the last estimate one control tick ahead; the real-time "
-                 "controller's ticks have no fixed period (realtime=True)")):
+                 "controller's ticks have no fixed period (realtime=True)"),
+                (self.experiment.view, "view=True watches the synchronous controller's ticks; it cannot run in real "
+                 "time (realtime=True)")):
             if on:
                 raise TwinloopError(why)
 
@@ -196,7 +198,8 @@ def episode_stats(world, controller) -> dict:
 def ghost_traces(task, max_candidates: int = 32) -> Callable:
     """``f(tick_info) -> Ghosts`` for videos: the paths of the task's trace points
     (``task.trace_points``) in the tick's candidate rollouts (first particle), the lowest-cost
-    ones highlighted and the chosen plan marked."""
+    ones highlighted, the base proposal (the refiner's row 1) marked, and the plan sent marked:
+    the lowest-cost candidate, or the base proposal where an acceptance rule sent it."""
 
     def f(tick):
         res = tick.result
@@ -206,8 +209,11 @@ def ghost_traces(task, max_candidates: int = 32) -> Callable:
         points = task.trace_points(r.qpos[0], r.sensordata[0])
         if points.shape[-2] == 0:
             return None
+        base = 1 if np.isfinite(res.prior_cost) else None
         chosen = int(np.argmin(np.where(np.isfinite(res.costs), res.costs, np.inf)))
-        return ghosts_from_rollouts(points, res.costs, chosen=chosen, max_candidates=max_candidates)
+        if base is not None and tick.accept.startswith("base"):
+            chosen = base
+        return ghosts_from_rollouts(points, res.costs, chosen=chosen, max_candidates=max_candidates, base=base)
 
     return f
 
@@ -232,8 +238,10 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     (:func:`~twinloop.run.config.sources_of`). ``summary.json`` records both.
     """
     task, world, proposer, refiner = build(cfg)  # the driver checks the twin and the output folder first
+    view = None
     try:
         out = output_folder(cfg.experiment.out, mode)  # before the episodes: a bad --out fails now
+        view = start_view(cfg, task, executor, log)
         planning = planning_choice(cfg, task, refiner.twin.param_space)[2]  # a posterior used, or why not
         if planning is not None:
             log(planning_message(planning))
@@ -244,9 +252,11 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
                 f"{cfg.monitor_episodes} refined episodes in the nominal twin")
         names = (["base"] if proposer is not None else []) + ["refined"]
         t_start = time.perf_counter()
-        all_eps = _run_episodes(cfg, task, world, names, out, watch, progress, executor)
+        all_eps = _run_episodes(cfg, task, world, names, out, watch, progress, executor, view)
     finally:
         world.close()  # a remote world's socket, a real-time world's clock
+        if view is not None:
+            view.close()
     summary = _summary(cfg, task, world, refiner, all_eps, sources)
     summary["planning_twin"] = planning
     summary["wall_time_s"] = time.perf_counter() - t_start
@@ -268,15 +278,31 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     return summary
 
 
+def start_view(cfg: RunConfig, task, executor: Executor | None, log: Callable[[str], None]):
+    """The run's live view (``cfg.experiment.view``), serving before any episode runs, or
+    ``None``. It watches controllers in this process: the serial executor's."""
+    e = cfg.experiment
+    if not e.view:
+        return None
+    if executor is not None and not isinstance(executor, SerialExecutor):
+        raise TwinloopError(f"view=True watches the controllers in this process; the {type(executor).__name__} runs "
+                            "them elsewhere: use the serial executor")
+    from twinloop.viz.live import open_view
+
+    view = open_view(task, e.view_host, e.view_port)
+    log(f"live view: {view.url}")
+    return view
+
+
 def _run_episodes(cfg: RunConfig, task, world, names: list[str], out: Path, watch, progress,
-                  executor: Executor | None) -> dict[str, list]:
+                  executor: Executor | None, view=None) -> dict[str, list]:
     """Every controller's episodes (``{name: [EpisodeResult]}``), each written to its dataset as
     it arrives; an episode cut short by an error is written with what it recorded."""
     seeds = episode_seeds(cfg)
     record = cfg.experiment.record
     datasets = {n: _dataset(out / "episodes" / n, cfg, task, world, n) for n in names} if record else {}
     n_ticks = world_ticks(cfg, task, world)
-    batches = [EpisodeBatch(partial(controller_in_world, cfg, n, watch), seeds,
+    batches = [EpisodeBatch(partial(controller_in_world, cfg, n, watch, view), seeds,
                             options={"max_ticks": n_ticks, "record": record}, stats=episode_stats)
                for n in names]
     counts = dict.fromkeys(names, 0)
@@ -309,9 +335,10 @@ def _summary(cfg: RunConfig, task, world, refiner, all_eps: dict, sources: dict 
         if cfg.realtime:
             results[-1]["realtime"] = realtime_summary([e.stats for e in eps])
     extra = ("world_params", "alarms", "refits", "rejected_refits", "accept", "twin_cost_error", "peak_body_speed",
-             "peak_body")
+             "peak_body", "tuned")
     return {
         "task": task.name,
+        "error_unit": getattr(task, "error_unit", ""),  # the unit of every final error below
         "world": world.describe(),
         "seed": cfg.experiment.seed,
         "episodes": cfg.experiment.episodes,

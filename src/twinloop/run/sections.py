@@ -109,6 +109,13 @@ class ExperimentConfig:
         out: output folder; must be new or empty unless overwritten.
         record: write every episode as Parquet (``out/episodes``).
         video: render one refined episode with ghost rollouts.
+        view: serve a live view of the episodes in the browser while they run (needs the
+            ``view`` extra: ``pip install 'twinloop[view]'``): the scene, each tick's candidate
+            rollouts, the cost, success and gap over time, which plan was sent and why, and
+            the refined controller's planner settings as controls. Serial executor only; not
+            in real time.
+        view_port: the live view's port (0: any free port; the URL is printed).
+        view_host: the live view's address (``0.0.0.0`` serves every network interface).
     """
 
     task: str = "push-t"
@@ -123,9 +130,13 @@ class ExperimentConfig:
     out: str = "twinloop-out"
     record: bool = True
     video: bool = True
+    view: bool = False
+    view_port: int = 8080
+    view_host: str = "127.0.0.1"
 
     def __post_init__(self):
         check_task(self.task)
+        object.__setattr__(self, "view_port", number(self.view_port, "view_port", low=0, high=65535, integer=True))
         resolve_world(self.world)
         object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
         object.__setattr__(self, "first_episode", number(self.first_episode, "first_episode", low=0, high=99_999,

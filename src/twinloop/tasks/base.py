@@ -65,6 +65,7 @@ class Task:
             twin state, named ``qpos:i``, ``qvel:i``, ``act:i``).
         camera: a model camera name for videos, or ``None`` for an orthographic top-down view.
         seen: what a camera observes (:class:`~twinloop.tasks.seen.Seen`), or ``None``: no camera.
+        error_unit: the unit of :meth:`error` (tables and plots label the final error with it).
         action_low, action_high: ``(nu,)`` action bounds (default: the actuators' ctrlrange).
         gym_id: the gymnasium env this task's twin models (``--world gym`` uses it), or
             ``None``; its observation and action maps are :meth:`obs_from_env` and
@@ -104,6 +105,7 @@ class Task:
     cost_stride: int = 5
     camera: str | None = None
     seen: Seen | None = None
+    error_unit: str = "m"
     gym_id: str | None = None
     defaults: Mapping[str, object] = MappingProxyType({
         "planner.optimizer": "mppi",

@@ -50,6 +50,7 @@ class Pivot(ArmTask):
     Success: the box's long axis within 0.15 rad of vertical, standing on the table."""
 
     name = "pivot"
+    error_unit = "rad"
     xml = "pivot.xml"
     max_ticks = 60
     workspace_low = np.array([-0.15, -0.10, 0.0])

@@ -35,7 +35,8 @@ class SceneTask(Task):
         error: ``f((..., nq) qpos) -> (...)`` distance to the goal.
         tolerance: success threshold on ``error``.
         success: optional ``f((nq,) qpos) -> bool`` replacing the threshold test.
-        name, control_period, max_ticks, cost_stride, success_dwell: as the class attributes.
+        name, control_period, max_ticks, cost_stride, success_dwell, error_unit: as the class
+            attributes (``error_unit`` unknown by default).
         horizon: the task's default planning horizon (s): its ``planner.refiner.horizon``
             default (:attr:`Task.defaults`).
         start_noise: half-width of the uniform noise added to the start ``qpos``.
@@ -45,9 +46,10 @@ class SceneTask(Task):
                  tolerance: float = 0.0, success: Callable[[np.ndarray], bool] | None = None, *,
                  name: str = "scene", control_period: float = 0.05, horizon: float = 1.0,
                  max_ticks: int = 100, cost_stride: int = 1, start_noise: float = 0.0,
-                 success_dwell: float = Task.success_dwell):
+                 success_dwell: float = Task.success_dwell, error_unit: str = ""):
         self.xml = str(Path(xml).resolve())
         self.name = str(name)
+        self.error_unit = str(error_unit)  # unknown unless given: tables then say "task units"
         self._residuals = tuple(residuals)
         if not self._residuals or not all(isinstance(r, Residual) for r in self._residuals):
             raise TwinloopError("residuals must be a non-empty sequence of Residual")

@@ -9,7 +9,8 @@ Input schemas:
 
       {"task", "world", "seed", "episodes",
        "results": [{"controller", "success_rate", "success_ci": [lo, hi],
-                    "mean_final_error", "control_hz"}, ...]}
+                    "mean_final_error", "control_hz"}, ...],
+       optional: "error_unit", "per_episode": {controller: [{"final_error"}, ...]}}
 
 - Real-Sim-Real rounds: a list of dicts, each with the plotted keys (``gap``,
   ``param_error``, ``success_rate``, ...), an optional ``round`` (default: position) and
@@ -80,7 +81,9 @@ def _interval(ci, where: str) -> tuple[float, float]:
 
 
 def plot_comparison(summary: Mapping, path: str | os.PathLike) -> Path:
-    """Success rate per controller (Wilson interval error bars) and mean final error.
+    """Success rate per controller (Wilson interval error bars) and final error: each episode's
+    as a dot, the median with its 95% bootstrap interval (the mean, for a summary without
+    ``per_episode``), in the task's ``error_unit``.
 
     Args:
         summary: the comparison summary (module docstring).
@@ -109,13 +112,47 @@ def plot_comparison(summary: Mapping, path: str | os.PathLike) -> Path:
     ax1.bar(x, rate, yerr=[lo, hi], capsize=4, color="tab:blue", alpha=0.85)
     ax1.set(ylim=(0, 1.05), ylabel="success rate (95% Wilson CI)", xticks=x)
     ax1.set_xticklabels(labels, fontsize=8)
-    ax2.bar(x, err, color="tab:orange", alpha=0.85)
-    ax2.set(ylabel="mean final error", xticks=x)
+    unit = summary.get("error_unit") or "task units"
+    per = _final_errors(summary, names)
+    if per is None:  # a summary without its episodes: the means it has
+        ax2.bar(x, err, color="tab:orange", alpha=0.85)
+        ax2.set(ylabel=f"mean final error ({unit})", xticks=x)
+    else:
+        _medians(ax2, x, per)
+        ax2.set(ylabel=f"final error ({unit}): median, 95% bootstrap CI", xticks=x, xlim=(-0.6, len(x) - 0.4))
     ax2.set_xticklabels(labels, fontsize=8)
     fig.suptitle(f"{summary['task']} | {world_label(summary['world'])} world | {summary['episodes']} episodes | seed {summary['seed']}",
                  fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _final_errors(summary: Mapping, names: Sequence[str]) -> list[np.ndarray] | None:
+    """Each controller's per-episode final errors (``summary['per_episode']``), or ``None``."""
+    per = summary.get("per_episode")
+    if not isinstance(per, Mapping) or not all(isinstance(per.get(n), Sequence) and per[n] for n in names):
+        return None
+    try:
+        return [np.array([float(e["final_error"]) for e in per[n]]) for n in names]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _medians(ax, x, per: list[np.ndarray]) -> None:
+    """Each controller's episodes as dots, their median as a bar with its 95% bootstrap interval
+    (one outlier moves a mean; the median it barely moves)."""
+    from twinloop.stats import bootstrap_ci
+
+    for xi, v in zip(x, per, strict=True):
+        v = v[np.isfinite(v)]
+        if not len(v):
+            continue
+        med = float(np.median(v))
+        lo, hi = bootstrap_ci(v, np.median) if len(v) > 1 else (med, med)
+        ax.bar(xi, med, color="tab:orange", alpha=0.6, width=0.6)
+        ax.errorbar(xi, med, yerr=[[med - lo], [hi - med]], color="black", capsize=4)
+        jitter = np.linspace(-0.15, 0.15, len(v)) if len(v) > 1 else np.zeros(1)
+        ax.scatter(xi + jitter, v, s=8, color="tab:red", alpha=0.6, zorder=3)
 
 
 def _series(rounds: Sequence[Mapping], key: str) -> dict[str, np.ndarray]:

@@ -129,14 +129,16 @@ class Ghosts:
             XYZ traces where they are.
         costs: ``(G,)`` cost of each trace's rollout, or ``None``; the traces of the ``n_best``
             lowest costs are highlighted (non-finite costs never are).
-        chosen: ``(C, L', 2|3)`` traces of the chosen plan, drawn in a distinct colour, or ``None``.
-        n_best: how many lowest costs to highlight.
+        chosen: ``(C, L', 2|3)`` traces of the chosen plan (the plan sent), drawn red, or ``None``.
+        n_best: how many lowest costs to highlight (yellow).
+        base: ``(B, L', 2|3)`` traces of the base proposal, drawn green, or ``None``.
     """
 
     traces: np.ndarray
     costs: np.ndarray | None = None
     chosen: np.ndarray | None = None
     n_best: int = 3
+    base: np.ndarray | None = None
 
     def __post_init__(self):
         tr = _traces(self.traces, "ghost traces")
@@ -148,6 +150,8 @@ class Ghosts:
             object.__setattr__(self, "costs", c)
         if self.chosen is not None:
             object.__setattr__(self, "chosen", _traces(self.chosen, "chosen traces"))
+        if self.base is not None:
+            object.__setattr__(self, "base", _traces(self.base, "base proposal traces"))
 
     def best_mask(self) -> np.ndarray:
         """``(G,)`` which traces are highlighted."""
@@ -159,7 +163,7 @@ class Ghosts:
 
 
 def ghosts_from_rollouts(points, costs=None, *, chosen=None, max_candidates: int = 32,
-                         max_points: int = 21, n_best: int = 3) -> Ghosts:
+                         max_points: int = 21, n_best: int = 3, base: int | None = None) -> Ghosts:
     """Ghost traces from the paths of traced points in a batch of rollouts.
 
     Args:
@@ -173,6 +177,7 @@ def ghosts_from_rollouts(points, costs=None, *, chosen=None, max_candidates: int
         max_candidates: most candidates drawn.
         max_points: points kept per trace (evenly spaced, first and last kept): a rollout
             has one point per physics step, far more than a video needs.
+        base: the base proposal's index into K (the refiner's row 1), or ``None``.
     """
     x = as_array(points, "points", finite=False)
     if x.ndim == 5:
@@ -209,7 +214,10 @@ def ghosts_from_rollouts(points, costs=None, *, chosen=None, max_candidates: int
     else:
         cp = as_array(chosen, "chosen", (None, n, dim), finite=False)
         ch = trace(cp[sub(len(cp))])
-    return Ghosts(traces, None if c is None else np.repeat(c[keep], n), ch, n_best)
+    if base is not None and not 0 <= int(base) < K:
+        raise TwinloopError(f"base index {base} is outside [0, {K})")
+    bs = None if base is None else trace(x[int(base)][sub(L)])
+    return Ghosts(traces, None if c is None else np.repeat(c[keep], n), ch, n_best, bs)
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -217,6 +225,27 @@ def ghosts_from_rollouts(points, costs=None, *, chosen=None, max_candidates: int
 _FAINT = np.array([0.15, 0.55, 0.95, 0.30], np.float32)
 _BEST = np.array([1.00, 0.85, 0.10, 0.85], np.float32)
 _CHOSEN = np.array([0.90, 0.10, 0.20, 1.00], np.float32)
+_BASE = np.array([0.08, 0.67, 0.27, 1.00], np.float32)
+
+#: what each colour of a video's traces means (the legend drawn in its corner)
+LEGEND = (("plan sent", _CHOSEN), ("base proposal", _BASE), ("best candidates", _BEST), ("other candidates", _FAINT))
+
+
+def draw_legend(frame: np.ndarray, entries=LEGEND) -> np.ndarray:
+    """``frame`` (``(H, W, 3)`` uint8) with a legend of the trace colours in its top-left corner."""
+    from PIL import Image, ImageDraw
+
+    img = Image.fromarray(frame)
+    d = ImageDraw.Draw(img, "RGBA")
+    scale = max(frame.shape[:2]) / 480
+    line, pad = int(round(14 * scale)), int(round(6 * scale))
+    d.rectangle([0, 0, int(130 * scale), pad * 2 + line * len(entries)], fill=(255, 255, 255, 200))
+    for i, (label, rgba) in enumerate(entries):
+        y = pad + i * line
+        colour = tuple(int(255 * c) for c in rgba[:3]) + (255,)
+        d.rectangle([pad, y + line // 4, pad + line, y + 3 * line // 4], fill=colour)
+        d.text((2 * pad + line, y), label, fill=(0, 0, 0, 255))
+    return np.asarray(img)
 
 
 def top_down_camera(model: mujoco.MjModel, view_size: float) -> mujoco.MjvCamera:
@@ -263,8 +292,9 @@ def _n_segments(g: Ghosts | None) -> int:
     if g is None:
         return 0
     n = g.traces.shape[0] * max(g.traces.shape[1] - 1, 0)
-    if g.chosen is not None:
-        n += g.chosen.shape[0] * max(g.chosen.shape[1] - 1, 0)
+    for extra in (g.chosen, g.base):
+        if extra is not None:
+            n += extra.shape[0] * max(extra.shape[1] - 1, 0)
     return n
 
 
@@ -295,8 +325,9 @@ def _scene_top(model: mujoco.MjModel, data: mujoco.MjData) -> float:
 
 def render_frames(task, model: mujoco.MjModel | None, qpos_seq, *, ghosts=None, width: int = 480,
                   height: int = 480, camera=None, view_size: float | None = None,
-                  ghost_z: float | None = None) -> Iterator[np.ndarray]:
-    """Yield ``(height, width, 3)`` uint8 frames of ``qpos_seq`` (see :func:`render_episode`)."""
+                  ghost_z: float | None = None, legend: bool = False) -> Iterator[np.ndarray]:
+    """Yield ``(height, width, 3)`` uint8 frames of ``qpos_seq`` (see :func:`render_episode`);
+    ``legend``: where ghosts are drawn, a legend of their colours in the top-left corner."""
     model = model if model is not None else getattr(task, "model", None)
     if not isinstance(model, mujoco.MjModel):
         raise TwinloopError("render needs a mujoco.MjModel (pass model=, or a task with .model)")
@@ -341,15 +372,16 @@ def render_frames(task, model: mujoco.MjModel | None, qpos_seq, *, ghosts=None, 
                 best = g.best_mask()
                 px = max(width, height) / 480  # line widths scale with the image
                 for traces, dz, w, rgba in ((g.traces[~best], 0.0, 1.5, _FAINT), (g.traces[best], 1e-4, 2.5, _BEST),
-                                            (g.chosen, 2e-4, 4.0, _CHOSEN)):
+                                            (g.base, 1.5e-4, 3.0, _BASE), (g.chosen, 2e-4, 4.0, _CHOSEN)):
                     if traces is not None:
                         _draw(r.scene, traces, None if z is None else z + dz, w * px, rgba)
-            yield r.render().copy()
+            frame = r.render().copy()
+            yield draw_legend(frame) if legend and any(x is not None for x in gs) else frame
 
 
 def render_episode(task, model: mujoco.MjModel | None, qpos_seq, path: str | os.PathLike, *,
                    ghosts=None, fps: float = 10, width: int = 480, height: int = 480, camera=None,
-                   view_size: float | None = None, ghost_z: float | None = None) -> Path:
+                   view_size: float | None = None, ghost_z: float | None = None, legend: bool = True) -> Path:
     """Write an MP4 (H.264) of an episode; returns ``path``.
 
     Args:
@@ -369,6 +401,9 @@ def render_episode(task, model: mujoco.MjModel | None, qpos_seq, path: str | os.
             extent).
         ghost_z: height (m) ghosts are drawn at (default: just above every geom in the top-down
             view; where the points are, for XYZ traces seen through a camera).
+        legend: draw a legend of the trace colours (:data:`LEGEND`: the plan sent red, the
+            base proposal green, the lowest-cost candidates yellow, the others faint blue) in
+            the top-left corner of a video with ghosts.
 
     Raises:
         RenderingUnavailable: no offscreen GL backend works (names what to install).
@@ -376,7 +411,7 @@ def render_episode(task, model: mujoco.MjModel | None, qpos_seq, path: str | os.
     if not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
         raise TwinloopError(f"fps must be a positive number, got {fps!r}")
     frames = render_frames(task, model, qpos_seq, ghosts=ghosts, width=width, height=height,
-                           camera=camera, view_size=view_size, ghost_z=ghost_z)
+                           camera=camera, view_size=view_size, ghost_z=ghost_z, legend=legend)
     return write_frames(frames, path, fps)
 
 

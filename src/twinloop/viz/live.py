@@ -1,0 +1,258 @@
+"""The live view: a page in the browser (served by viser) that shows a run as it happens.
+
+Two halves, on two threads:
+
+- :class:`ViewHook`, a tick hook on the control thread, keeps what each tick did (the state,
+  the candidates' traced points, which plan was sent and why, the costs, the gap) in a
+  :class:`TickSnapshot` and hands it over by replacing one reference: it never waits and
+  never queues, so a slow page cannot delay a tick.
+- :class:`LiveView` owns the viser server and a drawing thread that wakes when a tick was
+  published, takes the latest snapshot only (ticks published meanwhile are dropped), and
+  draws it: the scene's bodies at the tick's state, the candidate rollouts as ghost traces
+  (the plan sent in red, the base proposal in green, the other candidates faint blue), the
+  cost and success over time, the gap monitor's score against its threshold, and the tick's
+  verdict. The page's planner controls are applied at the next tick (:mod:`twinloop.viz.tuning`).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from twinloop.control.parts import TickHook
+from twinloop.errors import TwinloopError, number
+from twinloop.viz import panels
+from twinloop.viz.scene import SceneMirror, load_viser, look_from_above
+from twinloop.viz.tuning import Tuning, planner_settings
+
+#: points kept along each candidate's rollout
+TRACE_POINTS = 21
+
+
+@dataclass
+class History:
+    """One episode's per-tick values, appended on the control thread (read on the drawing one)."""
+
+    t: list = field(default_factory=list)  # s, episode time
+    cost: list = field(default_factory=list)  # the sent plan's predicted cost
+    prior_cost: list = field(default_factory=list)  # the base proposal's
+    gap: list = field(default_factory=list)  # the gap monitor's score
+    qpos: list = field(default_factory=list)  # (nq,) the state's positions, for success
+
+
+@dataclass
+class TickSnapshot:
+    """What the page draws of one tick (every array a copy: the twin reuses its buffers).
+
+    Attributes:
+        episode: the controller and the episode's seed.
+        tick: control ticks taken in this episode.
+        qpos: ``(nq,)`` positions of the state the tick planned from.
+        roll_qpos, roll_sensors: ``(K, L, nq)``, ``(K, L, nsensordata)`` the last iteration's
+            candidate rollouts (first parameter particle) at ``L`` points along the horizon,
+            or ``None`` (no refinement this tick).
+        costs: ``(K,)`` their costs.
+        chosen: the row of the plan sent among them (``None``: not among them), base: the
+            base proposal's row (``None``: no proposal).
+        verdict: which plan was sent and why.
+        history: the episode's values so far.
+        threshold: the gap monitor's threshold (``nan``: no monitor).
+    """
+
+    episode: str
+    tick: int
+    qpos: np.ndarray
+    roll_qpos: np.ndarray | None
+    roll_sensors: np.ndarray | None
+    costs: np.ndarray | None
+    chosen: int | None
+    base: int | None
+    verdict: str
+    history: History
+    threshold: float = float("nan")
+
+
+def _verdict(tick) -> str:
+    if tick.fallback:
+        return f"fallback: {tick.reason}"
+    if tick.accept:
+        return tick.accept
+    return "refined" if tick.result is not None else "base proposal alone"
+
+
+class ViewHook(TickHook):
+    """Publishes each tick of a controller to a :class:`LiveView` (and applies the page's
+    planner settings to a refining controller at the start of each tick)."""
+
+    def __init__(self, view: LiveView, label: str):
+        self.view, self.label = view, label
+        self.tuned: list[dict] = []
+
+    def bind(self, controller) -> None:
+        self.controller = controller
+        self.tunes = controller.refine_enabled
+        watch = next((h for h in controller.hooks if hasattr(h, "monitor")), None)
+        self.threshold = float(watch.monitor.threshold) if watch is not None else float("nan")
+        if self.tunes:
+            self.view.show_settings(planner_settings(controller.refiner))
+        self.reset()
+
+    def reset(self, seed: int | None = None) -> None:
+        self.episode = f"{self.label}, seed {seed}"
+        self.history, self.k, self.tuned = History(), 0, []
+        if self.tunes and seed is not None:
+            self.view.tuning.apply(self.controller, 0, self.tuned, episode=True)
+
+    def begin(self, state: np.ndarray) -> str:
+        if self.tunes and self.k:
+            n = len(self.tuned)
+            self.view.tuning.apply(self.controller, self.k, self.tuned)
+            if len(self.tuned) > n:  # another optimizer has other fields: the controls follow
+                self.view.show_settings(planner_settings(self.controller.refiner))
+        return ""
+
+    def sent(self, state: np.ndarray, tick) -> None:
+        task = self.controller.task
+        q = np.array(state[: task.model.nq], dtype=float)
+        h = self.history
+        h.t.append(self.k * task.control_period)
+        h.cost.append(float(tick.cost))
+        h.prior_cost.append(float(tick.prior_cost))
+        h.gap.append(float(tick.gap))
+        h.qpos.append(q)
+        self.k += 1
+        rq = rs = costs = chosen = base = None
+        res = tick.result
+        if res is not None and res.rollouts is not None and res.costs is not None:
+            r = res.rollouts
+            L = r.qpos.shape[2]
+            idx = np.unique(np.linspace(0, L - 1, min(L, TRACE_POINTS)).round().astype(int))
+            rq, rs = r.qpos[0][:, idx], r.sensordata[0][:, idx]
+            costs = np.array(res.costs, dtype=float)
+            base = 1 if np.isfinite(res.prior_cost) else None
+            if tick.accept.startswith("base") and base is not None:
+                chosen = base
+            elif np.isfinite(costs).any():
+                chosen = int(np.argmin(np.where(np.isfinite(costs), costs, np.inf)))
+        self.view.publish(TickSnapshot(self.episode, self.k, q, rq, rs, costs, chosen, base, _verdict(tick),
+                                       self.history, self.threshold))
+
+    def report(self) -> dict:
+        """The planner settings changed from the page this episode (tick, setting, value)."""
+        return {"tuned": list(self.tuned)} if self.tunes else {}
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port another program listens on (viser would move to the next free port, and the
+    page would not be where the user looks)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise TwinloopError(f"the live view cannot listen on {host}:{port}: {exc.strerror or exc}; pass another "
+                                "--set experiment.view_port=PORT (0: any free port)") from exc
+
+
+class LiveView:
+    """A viser server showing ``task``'s scene and the ticks its hooks publish.
+
+    Args:
+        task: the task whose scene is drawn (a :class:`~twinloop.tasks.Task`; the view builds
+            its own copy of the task by name so that it never shares MuJoCo data with control).
+        host, port: where the page is served (``port=0``: any free port; :attr:`url` says).
+        max_rate: most page updates per second (the drawing thread sleeps between them).
+    """
+
+    def __init__(self, task, host: str = "127.0.0.1", port: int = 8080, max_rate: float = 30.0):
+        viser = load_viser()
+        from twinloop.tasks import make_task
+
+        port = number(port, "view_port", low=0, high=65535, integer=True)
+        self.min_period = 1.0 / number(max_rate, "max_rate (Hz)", low=0, low_open=True)
+        check_port(host, port)
+        self.task = make_task(task.name) if hasattr(task, "name") else make_task(task)
+        self.server = viser.ViserServer(host=host, port=port, label=f"twinloop {self.task.name}", verbose=False)
+        self.host = host
+        self.tuning = Tuning()
+        self.mirror = SceneMirror(self.server.scene, self.task.model)
+        look_from_above(self.server, self.task.model)
+        self.panel = panels.TickPanel(self.server, self.task, self.tuning)
+        self._latest: TickSnapshot | None = None
+        self._drawn: TickSnapshot | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.published = self.drawn = 0
+        self.draw_times: list[float] = []
+        self.error = ""
+        self._thread = threading.Thread(target=self._loop, name="twinloop-view", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.server.get_port()}"
+
+    def hook(self, label: str) -> ViewHook:
+        """A tick hook publishing a controller's ticks here, its episodes named ``label``."""
+        return ViewHook(self, label)
+
+    def show_settings(self, values: dict) -> None:
+        self.panel.show_settings(values)
+
+    def publish(self, snap: TickSnapshot) -> None:
+        """Hand a tick to the drawing thread (replaces any not drawn yet; never waits)."""
+        self._latest = snap
+        self.published += 1
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._wake.wait(0.2):
+                continue
+            self._wake.clear()
+            snap = self._latest
+            if snap is None or snap is self._drawn:
+                continue
+            t0 = time.perf_counter()
+            try:
+                self.draw(snap)
+            except Exception as exc:  # noqa: BLE001 - a drawing error must never reach control
+                self.error = f"{type(exc).__name__}: {exc}"
+            self._drawn = snap
+            self.drawn += 1
+            self.draw_times.append(time.perf_counter())
+            rest = self.min_period - (time.perf_counter() - t0)
+            if rest > 0:
+                self._stop.wait(rest)
+
+    def draw(self, snap: TickSnapshot) -> None:
+        """Draw one tick (on the drawing thread)."""
+        with self.server.atomic():
+            self.mirror.update(snap.qpos)
+            self.panel.draw(snap, self.mirror)
+
+    def update_rate(self) -> float:
+        """Page updates per second over the drawing thread's updates so far (``nan``: < 2)."""
+        t = self.draw_times
+        return (len(t) - 1) / (t[-1] - t[0]) if len(t) >= 2 and t[-1] > t[0] else float("nan")
+
+    def close(self) -> None:
+        """Stop drawing and serving (the page shows that it lost the server)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+        self.server.stop()
+
+
+def open_view(task, host: str, port: int, max_rate: float = 30.0) -> LiveView:
+    """A :class:`LiveView` of ``task`` on ``host:port`` (at most ``max_rate`` page updates a
+    second); a :class:`TwinloopError` names a port in use or a missing viser."""
+    try:
+        return LiveView(task, host, port, max_rate)
+    except OSError as exc:
+        raise TwinloopError(f"the live view cannot start on {host}:{port}: {exc}") from exc
