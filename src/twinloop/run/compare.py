@@ -53,7 +53,7 @@ from twinloop.worlds import SEEDED_WORLDS, PerEpisodeWorld, RealtimeWorld, SimWo
 #: the flat names of the grasp section's fields (``RunConfig(repair=True, repair_push=2)``)
 GRASP_NAMES = {"repair": "grasp.repair", "repair_push": "grasp.push", "repair_reach": "grasp.reach",
                "repair_regrasp_reach": "grasp.regrasp_reach", "repair_commit": "grasp.commit",
-               "observer": "grasp.observer"}
+               "observer": "grasp.observer", "twin_resolution": "grasp.twin_resolution"}
 
 
 @composed(GRASP_NAMES)

@@ -70,7 +70,8 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     Args:
         ghosts: optional ``f(tick_info) -> array`` called each tick to keep what a video draws.
     """
-    task = controller.task
+    # the world's task judges and records the episode (a controller may plan with a coarser twin's)
+    task = getattr(world, "task", None) or controller.task
     n = task.max_ticks if max_ticks is None else number(max_ticks, "max_ticks", low=1, integer=True)
     rec = None
     if record:
