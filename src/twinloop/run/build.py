@@ -79,6 +79,8 @@ def planning_task(task, cfg: RunConfig):
     res = None if cfg.grasp is None else cfg.grasp.twin_resolution
     if res is None:
         return task
+    if not callable(getattr(task, "at_resolution", None)):
+        raise TwinloopError(f"twin_resolution={res}: task {task.name!r} has no deformable to plan at another resolution")
     if cfg.monitor is not None:
         raise TwinloopError(f"twin_resolution={res}: a gap monitor compares the world with the twin state by "
                             "state; monitor at the world's resolution")
