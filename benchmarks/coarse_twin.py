@@ -28,9 +28,10 @@ from twinloop.tasks import task_defaults
 
 #: (task, twin resolution, twin step s): the world's mesh first
 GRID = {
-    "rope-shape": [(8, 0.01), (8, 0.02), (4, 0.01), (4, 0.02)],
-    "cloth-fold": [(5, 0.01), (5, 0.02), (3, 0.01), (3, 0.02)],
+    "rope-shape": [(8, 0.01), (8, 0.02), (4, 0.01), (4, 0.02), (4, 0.04)],
+    "cloth-fold": [(5, 0.01), (5, 0.02), (3, 0.01), (3, 0.02), (3, 0.04)],
 }
+UNIT = {"rope-shape": "links", "cloth-fold": "vertices per side"}
 WORLD_RES = {"rope-shape": 8, "cloth-fold": 5}
 GRASP = {"rope-shape": {"grasp.repair": True, "grasp.reach": 0.3, "grasp.commit": 0.2, "grasp.regrasp_reach": 1.0},
          "cloth-fold": {"grasp.repair": True, "grasp.push": 1, "grasp.reach": 0.3, "grasp.commit": 0.2,
@@ -45,8 +46,8 @@ def config(task: str, res: int, step: float, episodes: int, seed: int, extra: di
     return configure(RunConfig, task_defaults(task), cli=cli)[0]
 
 
-def measure(cfg: RunConfig) -> dict:
-    world, ctl = controller_in_world(cfg, "refined")
+def measure(cfg: RunConfig, name: str = "refined") -> dict:
+    world, ctl = controller_in_world(cfg, name)
     t0 = time.perf_counter()
     eps = run_episodes(world, ctl, episode_seeds(cfg), record=False)
     wall = time.perf_counter() - t0
@@ -62,21 +63,25 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=4)
     ap.add_argument("--seed", type=int, default=900)
     ap.add_argument("--tasks", nargs="*", default=list(GRID))
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="a results/tables JSON (rows added to what is there)")
     args = ap.parse_args()
-    rows = []
+    data = json.loads(args.out.read_text()) if args.out and args.out.is_file() else {"rows": {}}
+    data["rule"] = "the coarsest twin whose successes stay inside the world mesh's Wilson interval (see .rule.txt)"
     for task in args.tasks:
+        base = measure(config(task, WORLD_RES[task], 0.01, args.episodes, args.seed, {}), "base")
         for res, step in GRID[task]:
-            r = {"task": task, "twin_resolution": res, "twin_timestep": step,
-                 "world_resolution": WORLD_RES[task], **measure(config(task, res, step, args.episodes, args.seed, {}))}
-            rows.append(r)
-            print(f"{task:11s} res {res:2d} step {step:.3f}: {r['successes']}/{r['episodes']} "
-                  f"[{r['wilson95'][0]:.2f}, {r['wilson95'][1]:.2f}]  {r['control_hz']:6.2f} Hz", flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"command": "python benchmarks/coarse_twin.py " + " ".join(
-            f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items() if k != "out"),
-            "seed": args.seed, "rows": rows}, indent=1))
+            r = measure(config(task, res, step, args.episodes, args.seed, {}))
+            command = (f"python benchmarks/coarse_twin.py --tasks {task} --episodes {args.episodes} --seed {args.seed}")
+            key = f"{task}, twin {res} {UNIT[task]}, step {1000 * step:.0f} ms | shifted s2, world seed 0, seed {args.seed}"
+            data["rows"][key] = {"command": command, "episodes": r["episodes"], "base_successes": base["successes"],
+                                 "refined_successes": r["successes"], "refined_control_hz": round(r["control_hz"], 2),
+                                 "twin_resolution": res, "world_resolution": WORLD_RES[task], "twin_timestep": step,
+                                 "final_error_mean": r["final_error_mean"], "ticks": r["ticks"], "wall_s": r["wall_s"]}
+            print(f"{key}: {r['successes']}/{r['episodes']} (base {base['successes']})  {r['control_hz']:6.2f} Hz",
+                  flush=True)
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":
