@@ -57,6 +57,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.experiment.world_per_episode else world_of(world_seed(cfg))
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
+    world_task, task = task, planning_task(task, cfg)
     proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
     grasp = cfg.grasp
@@ -78,7 +79,33 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     rcfg = rcfg if delay == rcfg.actuation_delay else replace(rcfg, actuation_delay=delay)
     refiner = Refiner(task, twin, make_optimizer(cfg.planner.optimizer, llm=cfg.planner.llm, noise=cfg.planner.noise), rcfg,
                       params=params, keep_rollouts=keep_rollouts)
-    return task, world, proposer, refiner
+    return world_task, world, proposer, refiner
+
+
+def planning_task(task, cfg: RunConfig):
+    """The task the refined controller plans with: ``task`` itself, or with
+    ``grasp.twin_resolution`` its deformable at that resolution
+    (:mod:`twinloop.tasks.resolution`), which refuses parameter particles and posteriors."""
+    res = None if cfg.grasp is None else cfg.grasp.twin_resolution
+    if res is None:
+        return task
+    if not callable(getattr(task, "at_resolution", None)):
+        raise TwinloopError(f"twin_resolution={res}: task {task.name!r} has no deformable to plan at another resolution")
+    if cfg.monitor is not None:
+        raise TwinloopError(f"twin_resolution={res}: a gap monitor compares the world with the twin state by "
+                            "state; monitor at the world's resolution")
+    if cfg.planner.particles >= 2 or cfg.planner.posterior is not None:
+        raise TwinloopError(f"twin_resolution={res} plans in a twin of another mesh: parameter particles and "
+                            "posteriors hold values of the world's mesh (per joint, per capsule); plan with them "
+                            "at the world's resolution")
+    return task.at_resolution(res)
+
+
+def base_config(cfg: RunConfig) -> RunConfig:
+    """The base row's config: the run's, planning (if it did) at the world's resolution."""
+    if cfg.grasp is None or cfg.grasp.twin_resolution is None:
+        return cfg
+    return replace(cfg, grasp=replace(cfg.grasp, twin_resolution=None))
 
 
 def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,
@@ -112,10 +139,12 @@ def controller_in_world(cfg: RunConfig, name: str, watch: tuple | None = None, v
     calibrated by :func:`calibrate_monitor`. With a live ``view``
     (:class:`~twinloop.viz.live.LiveView`, in this process) each tick is published to it (the
     refiner keeps its rollouts for the ghost traces)."""
-    task, world, proposer, refiner = build(cfg, keep_rollouts=view is not None, check_twin=False)
     hooks = [] if view is None else [view.hook(name)]
     if name == "base":
+        task, world, proposer, refiner = build(base_config(cfg), keep_rollouts=view is not None, check_twin=False)
         return world, Controller(refiner, proposer, refine=False, estimator=camera_estimator(cfg, task), hooks=hooks)
+    _, world, proposer, refiner = build(cfg, keep_rollouts=view is not None, check_twin=False)
+    task = refiner.task
     if cfg.realtime:
         return world, AsyncController(refiner, proposer, cfg.async_control,
                                       sources=candidate_sources_of(task, cfg, proposer))
@@ -126,6 +155,7 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
                        extra_hooks=()) -> Controller:
     """The synchronous refined controller, watched by the run's gap monitor (if any) with
     ``watch = (error, threshold)``; ``extra_hooks`` are called after the run's own."""
+    task = refiner.task  # the planning task: the world's, or its deformable at the twin's resolution
     monitor = None
     if cfg.monitor is not None:
         if watch is None:

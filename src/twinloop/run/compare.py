@@ -61,7 +61,7 @@ from twinloop.worlds.camera import CameraWorld
 #: the flat names of the grasp section's fields (``RunConfig(repair=True, repair_push=2)``)
 GRASP_NAMES = {"repair": "grasp.repair", "repair_push": "grasp.push", "repair_reach": "grasp.reach",
                "repair_regrasp_reach": "grasp.regrasp_reach", "repair_commit": "grasp.commit",
-               "observer": "grasp.observer"}
+               "observer": "grasp.observer", "twin_resolution": "grasp.twin_resolution"}
 #: what a run's controllers can see (``RunConfig.observe``)
 OBSERVE = ("state", "rgb")
 

@@ -70,7 +70,11 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     Args:
         ghosts: optional ``f(tick_info) -> array`` called each tick to keep what a video draws.
     """
+    # the world's task judges and records the episode (a controller may plan with the same task
+    # at a coarser resolution: :mod:`twinloop.tasks.resolution`)
     task = controller.task
+    if getattr(getattr(world, "task", None), "name", None) == task.name:
+        task = world.task
     n = task.max_ticks if max_ticks is None else number(max_ticks, "max_ticks", low=1, integer=True)
     rec = _recorder(task, episode_index) if record else None
     obs = world.reset(seed)

@@ -193,6 +193,13 @@ class GraspConfig:
             (the last estimate predicted a tick ahead in the twin, at the planning parameters'
             first particle, and corrected to the keypoints) instead of from each observation
             alone; the base controller keeps the stateless map. Not in real time.
+        twin_resolution: the refined controller plans in a twin whose deformable has this
+            resolution (cloth-fold: towel vertices per side, 3 5 7 9, the world's 5; rope-shape:
+            rope links, 4 8 16, the world's 8), the same object (size, mass, material) and
+            keypoints: its proposer, estimator, twin and cost all work at that resolution from
+            the world's keypoint observations (:mod:`twinloop.tasks.resolution`); the base row
+            is unchanged. ``None``: the world's resolution. Not with parameter particles or a
+            posterior (their values are the world mesh's).
     """
 
     repair: bool = False
@@ -201,8 +208,12 @@ class GraspConfig:
     regrasp_reach: float | None = None
     commit: float | None = None
     observer: bool = False
+    twin_resolution: int | None = None
 
     def __post_init__(self):
+        if self.twin_resolution is not None:
+            object.__setattr__(self, "twin_resolution", number(self.twin_resolution, "twin_resolution", low=2,
+                                                               integer=True))
         object.__setattr__(self, "push", number(self.push, "repair_push", low=0, integer=True))
         if self.push and not self.repair:
             raise TwinloopError(f"repair_push={self.push} needs repair=True")

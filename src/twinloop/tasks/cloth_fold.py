@@ -18,16 +18,19 @@ anywhere above the towel's half near ``a`` (5-12 cm up), grasp open.
 
 from __future__ import annotations
 
+import mujoco
 import numpy as np
 
 from twinloop.errors import TwinloopError
 from twinloop.params import Param, ParamSpace
-from twinloop.tasks.deformable import GraspTask, SwingConfig, SwingScript
+from twinloop.tasks.deformable import GraspTask, SwingConfig, SwingScript, choose_resolution
 from twinloop.tasks.keypoints import Keypoint
 
-N = 5  # vertices per side
-SPACING = 0.075
-HALF = SPACING * (N - 1) / 2
+N = 5  # vertices per side of the scene's towel
+SPACING = 0.075  # between the scene's vertices (m)
+SIZE = SPACING * (N - 1)  # side (m)
+HALF = SIZE / 2
+RESOLUTIONS = (3, 5, 7, 9)  # vertices per side a towel may be built with (odd: keypoints on vertices)
 REST_Z = 0.003
 # keypoints on the 3x3 grid of vertex indices (0, 2, 4)^2, named by role in the fold
 KEYPOINT_GRID = {
@@ -43,10 +46,18 @@ KEYPOINTS = tuple(Keypoint(n, f"cloth_{N * i + j}") for n, (i, j) in KEYPOINT_GR
 FOLD = SwingConfig(arc_time=1.6, release=0.8, arc_height=0.2, arc_radius=0.9)
 
 
-def vertex_rest() -> np.ndarray:
-    """``(25, 3)`` rest positions of the towel's vertices, index ``5 i + j``."""
-    i, j = np.divmod(np.arange(N * N), N)
-    return np.stack([-HALF + SPACING * i, -HALF + SPACING * j, np.full(N * N, REST_Z)], axis=1)
+def vertex_rest(n: int = N) -> np.ndarray:
+    """``(n n, 3)`` rest positions of an ``n x n`` towel's vertices, index ``n i + j``."""
+    i, j = np.divmod(np.arange(n * n), n)
+    spacing = SIZE / (n - 1)
+    return np.stack([-SIZE / 2 + spacing * i, -SIZE / 2 + spacing * j, np.full(n * n, REST_Z)], axis=1)
+
+
+def keypoint_vertex(name: str, n: int = N) -> int:
+    """Index of the vertex of an ``n x n`` towel that keypoint ``name`` sits on."""
+    h = (n - 1) // 2
+    i, j = KEYPOINT_GRID[name]
+    return n * (i // 2 * h) + j // 2 * h
 
 
 def fold(points) -> np.ndarray:
@@ -57,16 +68,18 @@ def fold(points) -> np.ndarray:
     return p
 
 
-def _interpolation() -> np.ndarray:
-    """``(25, 9)`` W with vertex positions = W @ keypoint positions: piecewise linear over the
+def interpolation(n: int = N) -> np.ndarray:
+    """``(n n, 9)`` W with vertex positions = W @ keypoint positions: piecewise linear over the
     keypoint grid's cells, each split along the same diagonal as the mesh (so a fold along
-    ``x = y`` is represented exactly)."""
-    W = np.zeros((N * N, 9))
+    ``x = y`` is represented exactly). Also the map from the keypoints of one resolution to the
+    vertices of another (:mod:`twinloop.tasks.resolution`)."""
+    h = (n - 1) // 2
+    W = np.zeros((n * n, 9))
     col = {ij: c for c, ij in enumerate(KEYPOINT_GRID.values())}
-    for v in range(N * N):
-        i, j = divmod(v, N)
-        ci, cj = min(i // 2, 1), min(j // 2, 1)
-        a, b = (i - 2 * ci) / 2, (j - 2 * cj) / 2
+    for v in range(n * n):
+        i, j = divmod(v, n)
+        ci, cj = min(i // h, 1), min(j // h, 1)
+        a, b = (i - h * ci) / h, (j - h * cj) / h
         k00, k01 = col[(2 * ci, 2 * cj)], col[(2 * ci, 2 * cj + 2)]
         k10, k11 = col[(2 * ci + 2, 2 * cj)], col[(2 * ci + 2, 2 * cj + 2)]
         if a >= b:  # triangle (0,0) (1,0) (1,1)
@@ -97,20 +110,42 @@ class ClothFold(GraspTask):
     grasp_body = f"cloth_{N * (N - 1)}"
     grasp_point = "corner_a"
 
-    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+    def __init__(self, weights: dict | None = None, settle_steps: int = 10, resolution: int = N):
+        self.resolution = n = choose_resolution("cloth-fold", resolution, RESOLUTIONS)
+        if n != N:  # a towel of another mesh: the keypoints sit on other vertices
+            self.keypoints = tuple(Keypoint(k.name, f"cloth_{keypoint_vertex(k.name, n)}") for k in KEYPOINTS)
+            self.scored = tuple(k for k in self.keypoints if k.name in SCORED)
+            self.grasp_body = f"cloth_{n * (n - 1)}"
         super().__init__(weights, settle_steps)
         self.action_low = np.array([-0.3, -0.3, 0.005, 0.0])
         self.action_high = np.array([0.3, 0.3, 0.3, 1.0])
         m = self.model
-        bodies = [m.body(f"cloth_{v}").id for v in range(N * N)]
+        bodies = [m.body(f"cloth_{v}").id for v in range(n * n)]
         self._vq = np.array([m.jnt_qposadr[m.body_jntadr[b]] for b in bodies])  # x of each vertex
         self._vv = np.array([m.jnt_dofadr[m.body_jntadr[b]] for b in bodies])
         self.rest = m.body_pos[bodies].copy()
-        if not np.allclose(self.rest, vertex_rest()):
-            raise TwinloopError("cloth-fold: the scene's towel is not the 5x5 grid this module assumes")
-        rest_kp = self.rest[[N * i + j for i, j in KEYPOINT_GRID.values()]]
+        if not np.allclose(self.rest, vertex_rest(n)):
+            raise TwinloopError(f"cloth-fold: the scene's towel is not the {n}x{n} grid this module assumes")
+        rest_kp = self.rest[[keypoint_vertex(name, n) for name in KEYPOINT_GRID]]
         self.goal = fold(rest_kp[[list(KEYPOINT_GRID).index(k.name) for k in self.scored]])
-        self._W = _interpolation()
+        self._W = interpolation(n)
+
+    def scene(self) -> mujoco.MjSpec:
+        """The scene file, its towel at :attr:`resolution` vertices per side (the same size,
+        total mass and material)."""
+        n = self.resolution
+        if n == N:
+            return super().scene()
+        text = self.xml_path.read_text()
+        old = f'count="{N} {N} 1" spacing="{SPACING} {SPACING} {SPACING}"'
+        if old not in text:
+            raise TwinloopError(f"cloth-fold: the scene's flexcomp does not read {old}")
+        step = SIZE / (n - 1)
+        return mujoco.MjSpec.from_string(text.replace(old, f'count="{n} {n} 1" spacing="{step!r} {step!r} {step!r}"'))
+
+    def at_resolution(self, resolution: int) -> ClothFold:
+        """This task (its cost weights and settle steps) with a towel of ``resolution`` vertices per side."""
+        return ClothFold(self._weight_overrides, self.settle_steps, resolution)
 
     def guess(self, points, velocities):
         """Vertices piecewise linear over the keypoint grid (exact for a flat or folded towel)."""
@@ -122,7 +157,7 @@ class ClothFold(GraspTask):
         return qpos, qvel
 
     def vertices(self, qpos) -> np.ndarray:
-        """``(..., 25, 3)`` vertex positions (m) of ``(..., nq)`` positions."""
+        """``(..., n n, 3)`` vertex positions (m) of ``(..., nq)`` positions."""
         q = np.asarray(qpos, dtype=float)
         return self.rest + q[..., self._vq[:, None] + np.arange(3)]
 
@@ -153,4 +188,4 @@ class ClothFold(GraspTask):
         """Swing corner a onto corner c (:class:`~twinloop.tasks.deformable.SwingScript`) with
         :data:`FOLD`."""
         a = self.grasp_point
-        return SwingScript(self, self.point_index(a), self.rest[N * (N - 1)], self.goal_of(a), FOLD)
+        return SwingScript(self, self.point_index(a), self.rest[self.resolution * (self.resolution - 1)], self.goal_of(a), FOLD)

@@ -50,6 +50,13 @@ from twinloop.tasks.repair import PlaceRepair, RepairConfig, repair_source, samp
 GRIPPER_JOINTS = ("gripper_x", "gripper_y", "gripper_z")
 
 
+def choose_resolution(task: str, resolution, allowed: tuple[int, ...]) -> int:
+    """``resolution`` checked against the ``allowed`` ones of ``task``'s deformable."""
+    if isinstance(resolution, bool) or not isinstance(resolution, (int, np.integer)) or int(resolution) not in allowed:
+        raise TwinloopError(f"{task}: resolution must be one of {list(allowed)}, got {resolution!r}")
+    return int(resolution)
+
+
 class GraspTask(Task):
     """Base of the gripper-and-deformable tasks (see the module docstring).
 
@@ -94,6 +101,7 @@ class GraspTask(Task):
         if isinstance(settle_steps, bool) or not isinstance(settle_steps, int) or settle_steps < 0:
             raise TwinloopError(f"settle_steps must be an integer >= 0, got {settle_steps!r}")
         self.settle_steps = settle_steps
+        self._weight_overrides = dict(weights or {})
         unknown = sorted(set(weights or {}) - set(self.WEIGHTS))
         if unknown:
             raise TwinloopError(f"unknown {self.name} cost term(s) {unknown}; terms: {', '.join(self.WEIGHTS)}")
@@ -128,13 +136,21 @@ class GraspTask(Task):
     def spec(self) -> mujoco.MjSpec:
         """The scene with the grasp target and keypoint sites added (they sit on bodies a
         flexcomp generates, which the XML cannot name) and its flex materials recorded."""
-        spec = super().spec()
+        spec = self.scene()
         body = spec.body(self.grasp_body)
         if body is None:
             raise TwinloopError(f"{self.name}: no grasp body {self.grasp_body!r} in the scene")
         body.add_site(name="grasp_target", pos=list(self.grasp_offset), size=[0.002] * 3)
         add_keypoint_sites(spec, self.points)
         return record_flex_materials(spec)
+
+    def scene(self) -> mujoco.MjSpec:
+        """The scene file as the task builds it (a task with a coarser or finer object edits it)."""
+        return super().spec()
+
+    def at_resolution(self, resolution: int) -> GraspTask:
+        """This task with its deformable at another ``resolution`` (see the subclass)."""
+        raise TwinloopError(f"task {self.name!r} has no other resolution of its object")
 
     @cached_property
     def model(self) -> mujoco.MjModel:

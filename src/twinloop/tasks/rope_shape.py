@@ -26,7 +26,7 @@ import mujoco
 import numpy as np
 
 from twinloop.params import Param, ParamSpace
-from twinloop.tasks.deformable import GraspTask, SwingConfig, SwingScript
+from twinloop.tasks.deformable import GraspTask, SwingConfig, SwingScript, choose_resolution
 from twinloop.tasks.keypoints import Keypoint
 
 LINKS = 8
@@ -39,6 +39,35 @@ BEND = 0.04  # radius of the U's turn (m)
 POINTS = tuple(Keypoint(f"p{i}", f"rope_{min(i, LINKS - 1)}", (LINK if i == LINKS else 0.0, 0.0, 0.0))
                for i in range(LINKS + 1))
 OBSERVED = ("p0", "p2", "p4", "p6", "p8")
+RESOLUTIONS = (4, 8, 16)  # links a rope may be built with (the same length, mass and bending stiffness)
+
+
+def rope_points(links: int = LINKS) -> tuple[Keypoint, ...]:
+    """The points ``p0..p8`` (every 4 cm along the rope) on a rope of ``links`` capsules."""
+    if links == LINKS:
+        return POINTS
+    step = LENGTH / links
+    out = []
+    for i in range(LINKS + 1):
+        k = min(i * links // LINKS, links - 1)
+        out.append(Keypoint(f"p{i}", f"rope_{k}", (LINK * i - step * k, 0.0, 0.0)))
+    return tuple(out)
+
+
+def chain_xml(links: int) -> str:
+    """The MJCF of a rope of ``links`` capsules as long, heavy and stiff in bending as the
+    scene's: a joint's stiffness and damping scale with the links (a rod's ``EI / length``), a
+    capsule's mass inversely."""
+    step, scale = LENGTH / links, links / LINKS
+    open_ = []
+    for k in range(links):
+        pos = "-0.12 -0.04 0.006" if k == 0 else f"{step!r} 0 0"
+        joint = ('<freejoint name="rope_root"/>' if k == 0 else
+                 f'<joint name="rope_j{k}" type="ball" class="rope" stiffness="{0.002 * scale!r}" '
+                 f'damping="{0.0005 * scale!r}"/>')
+        open_.append(f'<body name="rope_{k}" pos="{pos}">{joint}<geom name="rope_g{k}" class="rope" '
+                     f'fromto="0 0 0 {step!r} 0 0" mass="{0.005 / scale!r}"/>')
+    return "".join(open_) + "</body>" * links
 # The scripted swing, chosen on the nominal rope alone: a grid over arc_time (0.6-1.6 s), release
 # (0.6-1), arc_height (0.1-0.2 m) and arc_radius (0.8-0.95), 10 episodes each (seeds
 # 90000-90009), keeping the most successes, then the fewest ticks, then the lowest error.
@@ -94,14 +123,20 @@ class RopeShape(GraspTask):
     grasp_point = f"p{LINKS}"
     landed = RADIUS_MAX + 0.004  # m: see the module docstring
 
-    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+    def __init__(self, weights: dict | None = None, settle_steps: int = 10, links: int = LINKS):
+        self.links = choose_resolution("rope-shape", links, RESOLUTIONS)
+        self.link = LENGTH / self.links if self.links != LINKS else LINK
+        if self.links != LINKS:
+            self.scored = rope_points(self.links)
+            self.keypoints = tuple(k for k in self.scored if k.name in OBSERVED)
+            self.grasp_body, self.grasp_offset = f"rope_{self.links - 1}", (self.link, 0.0, 0.0)
         super().__init__(weights, settle_steps)
         self.action_low = np.array([-0.3, -0.3, 0.005, 0.0])
         self.action_high = np.array([0.3, 0.3, 0.3, 1.0])
         m = self.model
         self._root_q = int(m.jnt_qposadr[m.joint("rope_root").id])
         self._root_v = int(m.jnt_dofadr[m.joint("rope_root").id])
-        self._ball_q = np.array([m.jnt_qposadr[m.joint(f"rope_j{i}").id] for i in range(1, LINKS)])
+        self._ball_q = np.array([m.jnt_qposadr[m.joint(f"rope_j{i}").id] for i in range(1, self.links)])
         self.goal = u_curve(LINK * np.arange(LINKS + 1))
         self._jac = mujoco.MjData(m)
 
@@ -131,23 +166,41 @@ class RopeShape(GraspTask):
         velocities (least squares through the points' Jacobians)."""
         m, d = self.model, self._jac
         half = lambda p: np.concatenate([np.stack([p[:-1], (p[:-1] + p[1:]) / 2], axis=1).reshape(-1, 3), p[-1:]])  # noqa: E731
-        qpos = self.chain_qpos(half(points))
+        qpos = self.chain_qpos(half(points) if self.links == LINKS else self._boundary(points))
         d.qpos[:] = qpos
         mujoco.mj_kinematics(m, d)
         mujoco.mj_comPos(m, d)
         jac = np.empty((3, m.nv))
         rows = []
-        for s in self._sites:  # every point p0..p8, in order
+        for s in self._sites:  # every point p0..p8 (4 cm apart), in order
             mujoco.mj_jacSite(m, d, jac, None, int(s))
             rows.append(jac[:, 3:].copy())
         qvel = np.zeros(m.nv)
         qvel[3:] = np.linalg.lstsq(np.concatenate(rows), half(velocities).ravel(), rcond=1e-6)[0]
         return qpos, qvel
 
+    def _boundary(self, points: np.ndarray) -> np.ndarray:
+        """``(links + 1, 3)`` link boundaries along the polyline of the ``(5, 3)`` keypoints
+        (equally spaced along the rope)."""
+        u = np.linspace(0.0, len(points) - 1, self.links + 1)
+        return np.stack([np.interp(u, np.arange(len(points)), points[:, c]) for c in range(3)], axis=1)
+
+    def scene(self) -> mujoco.MjSpec:
+        """The scene file, its rope at :attr:`links` capsules (:func:`chain_xml`)."""
+        if self.links == LINKS:
+            return super().scene()
+        text = self.xml_path.read_text()
+        start, end = text.index('<body name="rope_0"'), text.index("</worldbody>")
+        return mujoco.MjSpec.from_string(text[:start] + chain_xml(self.links) + "\n  " + text[end:])
+
+    def at_resolution(self, resolution: int) -> RopeShape:
+        """This task (its cost weights and settle steps) with a rope of ``resolution`` links."""
+        return RopeShape(self._weight_overrides, self.settle_steps, resolution)
+
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         m = self.model
-        yaw = np.cumsum(np.deg2rad(np.concatenate([[rng.uniform(-3, 3)], rng.uniform(-4, 4, LINKS - 1)])))
-        steps = LINK * np.stack([np.cos(yaw), np.sin(yaw), np.zeros(LINKS)], axis=1)
+        yaw = np.cumsum(np.deg2rad(np.concatenate([[rng.uniform(-3, 3)], rng.uniform(-4, 4, self.links - 1)])))
+        steps = self.link * np.stack([np.cos(yaw), np.sin(yaw), np.zeros(self.links)], axis=1)
         start = np.array([*(START + rng.uniform(-0.004, 0.004, 2)), RADIUS])
         qpos = self.chain_qpos(np.concatenate([[start], start + np.cumsum(steps, axis=0)]))
         qpos[0:3] = [rng.uniform(0.0, 0.2), rng.uniform(-0.12, 0.04), rng.uniform(0.05, 0.12)]
@@ -157,13 +210,14 @@ class RopeShape(GraspTask):
         """The rope's bending stiffness (N m/rad, every joint) and damping (N m s/rad), its
         friction (on the table and the gripper), the mass of each capsule (kg) and its radius
         (thickness, m)."""
-        joints = [f"rope_j{i}" for i in range(1, LINKS)]
-        geoms = [f"rope_g{i}" for i in range(LINKS)]
+        joints = [f"rope_j{i}" for i in range(1, self.links)]
+        geoms = [f"rope_g{i}" for i in range(self.links)]
+        r = self.links / LINKS  # per joint and per capsule at another resolution (see chain_xml)
         return ParamSpace((
-            Param("rope_stiffness", tuple(f"jnt:{j}/stiffness" for j in joints), 0.0002, 0.02, 0.002, 0.001),
-            Param("rope_damping", tuple(f"dof:{j}/damping" for j in joints), 0.0, 0.005, 0.0005, 0.0005),
+            Param("rope_stiffness", tuple(f"jnt:{j}/stiffness" for j in joints), 0.0002 * r, 0.02 * r, 0.002 * r, 0.001 * r),
+            Param("rope_damping", tuple(f"dof:{j}/damping" for j in joints), 0.0, 0.005 * r, 0.0005 * r, 0.0005 * r),
             Param("rope_friction", tuple(f"geom:{g}/friction[0]" for g in geoms), 0.1, 1.5, 0.5, 0.2),
-            Param("rope_mass", tuple(f"body:rope_{i}/mass" for i in range(LINKS)), 0.001, 0.02, 0.005, 0.002),
+            Param("rope_mass", tuple(f"body:rope_{i}/mass" for i in range(self.links)), 0.001 / r, 0.02 / r, 0.005 / r, 0.002 / r),
             Param("rope_thickness", tuple(f"geom:{g}/size[0]" for g in geoms), 0.003, RADIUS_MAX, RADIUS, 0.002),
         ))
 
