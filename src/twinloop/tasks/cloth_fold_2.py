@@ -29,7 +29,7 @@ from twinloop.tasks.cloth_fold import (
     SCORED,
     ClothFold,
     N,
-    _interpolation,
+    interpolation,
     vertex_rest,
 )
 from twinloop.tasks.deformable import SwingConfig, SwingScript
@@ -91,7 +91,7 @@ class ClothFold2(TwoGraspTask):
             raise TwinloopError("cloth-fold-2: the scene's towel is not the 5x5 grid this module assumes")
         rest_kp = self.rest[[N * i + j for i, j in KEYPOINT_GRID.values()]]
         self.goal = fold_in_half(rest_kp[[list(KEYPOINT_GRID).index(k.name) for k in self.scored]])
-        self._W = _interpolation()
+        self._W = interpolation()
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         m = self.model
