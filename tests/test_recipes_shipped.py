@@ -78,10 +78,16 @@ def test_every_recipe_resolves_to_a_valid_config(name):
         assert {"successes", "episodes", "source"} <= set(rec.result)
 
 
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in recipe_names() if load_recipe(n).command == "run"])
-def test_every_run_recipe_runs_with_what_it_needs_built(name, tmp_path, monkeypatch):
-    monkeypatch.setenv("TWINLOOP_CACHE", str(tmp_path / "cache"))
+def test_every_run_recipe_runs_with_what_it_needs_built(name, tmp_path, monkeypatch, shared_cache):
+    # one cache for all: a base two recipes need is built once (a build is keyed by its recipe's text)
+    monkeypatch.setenv("TWINLOOP_CACHE", str(shared_cache))
     todo = [name]
     while todo:  # the recipe and everything it needs, cut down, side by side
         n = todo.pop()

@@ -70,11 +70,7 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     Args:
         ghosts: optional ``f(tick_info) -> array`` called each tick to keep what a video draws.
     """
-    # the world's task judges and records the episode (a controller may plan with the same task
-    # at a coarser resolution: :mod:`twinloop.tasks.resolution`)
-    task = controller.task
-    if getattr(getattr(world, "task", None), "name", None) == task.name:
-        task = world.task
+    task = _judge(world, controller)
     n = task.max_ticks if max_ticks is None else number(max_ticks, "max_ticks", low=1, integer=True)
     rec = _recorder(task, episode_index) if record else None
     obs = world.reset(seed)
@@ -115,6 +111,16 @@ def run_episode(world, controller: Controller, seed: int, *, max_ticks: int | No
     if rec is not None:
         rec.finish(ep.success)
     return ep.result(controller)
+
+
+def _judge(world, controller: Controller):
+    """The task that judges and records an episode: the world's, when it is the controller's
+    task (a controller may plan with it at a coarser resolution:
+    :mod:`twinloop.tasks.resolution`); else the controller's."""
+    task = controller.task
+    if getattr(getattr(world, "task", None), "name", None) == task.name:
+        return world.task
+    return task
 
 
 def _recorder(task, episode_index: int):
