@@ -97,7 +97,8 @@ class GraspTask(Task):
     goal: np.ndarray
     WEIGHTS = {"keypoints": 1.0, "final_keypoints": 3.0, "hold": 1.0, "release": 0.5, "effort": 0.02}
 
-    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+    def _options(self, weights: dict | None, settle_steps: int) -> None:
+        """Check and keep the cost-weight overrides and the estimate's settle steps."""
         if isinstance(settle_steps, bool) or not isinstance(settle_steps, int) or settle_steps < 0:
             raise TwinloopError(f"settle_steps must be an integer >= 0, got {settle_steps!r}")
         self.settle_steps = settle_steps
@@ -106,6 +107,9 @@ class GraspTask(Task):
         if unknown:
             raise TwinloopError(f"unknown {self.name} cost term(s) {unknown}; terms: {', '.join(self.WEIGHTS)}")
         self.weights = {**self.WEIGHTS, **{k: float(v) for k, v in (weights or {}).items()}}
+
+    def __init__(self, weights: dict | None = None, settle_steps: int = 10):
+        self._options(weights, settle_steps)
         m = self.model
         names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(3)]
         if names != list(GRIPPER_JOINTS) or m.nu != 4 or m.na != 1:

@@ -53,13 +53,7 @@ class TwoGraspTask(GraspTask):
     grasp_points: tuple[str, str] = ("", "")
 
     def __init__(self, weights: dict | None = None, settle_steps: int = 10):
-        if isinstance(settle_steps, bool) or not isinstance(settle_steps, int) or settle_steps < 0:
-            raise TwinloopError(f"settle_steps must be an integer >= 0, got {settle_steps!r}")
-        self.settle_steps = settle_steps
-        unknown = sorted(set(weights or {}) - set(self.WEIGHTS))
-        if unknown:
-            raise TwinloopError(f"unknown {self.name} cost term(s) {unknown}; terms: {', '.join(self.WEIGHTS)}")
-        self.weights = {**self.WEIGHTS, **{k: float(v) for k, v in (weights or {}).items()}}
+        self._options(weights, settle_steps)
         m = self.model
         names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(6)]
         if names != list(ARM_JOINTS) or m.nu != 8 or m.na != 2:
