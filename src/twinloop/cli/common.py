@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import functools
+import re
+import threading
+from collections import Counter
 from contextlib import contextmanager
 
+import mujoco
 import typer
 from rich.console import Console
 from rich.progress import (
@@ -93,7 +97,8 @@ def guard(fn):
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
-            return fn(*a, **kw)
+            with MujocoWarnings():
+                return fn(*a, **kw)
         except TwinloopError as exc:
             console.print(f"[red]error:[/] {exc}", soft_wrap=True)
             raise typer.Exit(2) from exc
@@ -107,3 +112,38 @@ def guard(fn):
             raise typer.Exit(130) from exc
 
     return wrapper
+
+
+class MujocoWarnings:
+    """MuJoCo's warnings during a command, counted and summed up in one line at its end.
+
+    MuJoCo prints each warning as it happens ("Nan, Inf or huge value in QACC ... The
+    simulation is unstable"): a twin sampling K candidates at a coarse step can print hundreds
+    a run, one per candidate that diverged, although the twin already flags those rollouts
+    unstable and the refiner drops them (and a world's own instability is reported per
+    episode). Inside ``with MujocoWarnings():`` they are counted by kind instead (numbers
+    masked) and printed once on exit; the previous handler is restored.
+    """
+
+    def __init__(self):
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._previous = None
+
+    def __call__(self, message: str) -> None:  # called by MuJoCo, from any rollout thread
+        kind = re.sub(r"\d+(\.\d+)?", "#", str(message).strip().split("Time =")[0].strip())
+        with self._lock:
+            self.counts[kind] += 1
+
+    def __enter__(self) -> MujocoWarnings:
+        self._previous = mujoco.get_mju_user_warning()
+        mujoco.set_mju_user_warning(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        mujoco.set_mju_user_warning(self._previous)
+        if self.counts:
+            kinds = "; ".join(f"{n} x '{kind}'" for kind, n in self.counts.most_common(3))
+            console.print(f"[yellow]note:[/] MuJoCo warned {self.counts.total()} times ({kinds}). "
+                          "Unstable candidate rollouts are flagged and dropped by the refiner; "
+                          "a world's own instability is reported per episode.", soft_wrap=True)
