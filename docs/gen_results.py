@@ -103,15 +103,17 @@ def _run_settings(config: dict) -> str:
 
 def _run_body(summary: dict) -> list[str]:
     lines = [_world_line(summary), "", _run_settings(summary.get("config") or {}), "",
-             f"Episodes: {summary.get('episodes', '?')} per controller, seeds from "
-             f"{(summary.get('config') or {}).get('first_episode', 0)}, seed {summary.get('seed', '?')}.", "",
-             "| controller | success | 95% Wilson interval | mean final error | fallbacks | failures |",
-             "|---|---|---|---|---|---|"]
+             f"Episodes: {summary.get('episodes', '?')} per controller, episode seed {summary.get('seed', '?')}.", "",
+             "| controller | success | 95% Wilson interval | mean final error | control rate | fallbacks | failures |",
+             "|---|---|---|---|---|---|---|"]
+    unit = summary.get("error_unit", "m")
     for r in summary.get("results", []):
         lo, hi = r.get("success_ci", [float("nan")] * 2)
         failures = ", ".join(f"{k}: {v}" for k, v in (r.get("failures") or {}).items()) or "-"
+        error = f"{1000 * r['mean_final_error']:.1f} mm" if unit == "m" else f"{r['mean_final_error']:.3g} {unit}"
+        rate = f"{r['control_hz']:.1f} Hz" if r.get("control_hz") else "-"
         lines.append(f"| {r['controller']} | {r['successes']}/{r['episodes']} | [{_pct(lo)}, {_pct(hi)}] | "
-                     f"{1000 * r['mean_final_error']:.1f} mm | {r.get('fallbacks', 0)} | {failures} |")
+                     f"{error} | {rate} | {r.get('fallbacks', 0)} | {failures} |")
     return lines
 
 
