@@ -117,3 +117,24 @@ def test_a_run_plans_in_the_coarse_twin_and_is_judged_in_the_worlds_mesh():
     assert r.final_error == pytest.approx(world.task.error(r.qpos[-1]))
     _, base = controller_in_world(cfg, "base")
     assert base.task.model.nq == world.task.model.nq  # the base row plans nothing: the world's mesh
+
+
+def test_over_worlds_every_episodes_world_keeps_the_worlds_mesh():
+    from twinloop.run.build import build
+
+    cfg = RunConfig(task="rope-shape", twin_resolution=4, episodes=2, world_per_episode=True,
+                    refiner=RefinerConfig(num_samples=8, horizon=0.4))
+    world_task, world, _, refiner = build(cfg, check_twin=False)
+    fine = world_task.model.nq
+    assert refiner.task.model.nq < fine
+    world.reset(world.seed + 1)  # a new draw: built after the planning task was chosen
+    assert world.world.model.nq == world.world.task.model.nq == fine
+
+
+def test_a_world_distribution_refuses_a_draw_of_another_scene():
+    from twinloop.worlds import PerEpisodeWorld, make_world
+
+    fine, coarse = make_task("rope-shape"), make_task("rope-shape", links=4)
+    world = PerEpisodeWorld(lambda s: make_world(fine if s == 0 else coarse, "shifted", seed=s), 0)
+    with pytest.raises(TwinloopError, match="another task or scene"):
+        world.reset(1)

@@ -48,8 +48,10 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
 
         cameras = with_size(task_cameras(task), load_perception(cfg.perception, task.name).meta.size)
 
+    world_task = task  # the world's, bound here: `task` becomes the planning task below
+
     def world_of(seed: int):
-        world = make_world(task, cfg.experiment.world, severity=cfg.experiment.severity, seed=seed, period=period,
+        world = make_world(world_task, cfg.experiment.world, severity=cfg.experiment.severity, seed=seed, period=period,
                            token=cfg.token)
         look = cfg.experiment.severity if cfg.appearance is None else cfg.appearance
         return world if cfg.observe == "state" else CameraWorld(world, look, seed, cameras)
@@ -57,7 +59,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     world = PerEpisodeWorld(world_of, episode_seeds(cfg)[0]) if cfg.experiment.world_per_episode else world_of(world_seed(cfg))
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
-    world_task, task = task, planning_task(task, cfg)
+    task = planning_task(task, cfg)
     proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
     grasp = cfg.grasp

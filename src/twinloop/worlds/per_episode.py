@@ -47,6 +47,10 @@ class PerEpisodeWorld(World):
         seed = number(seed, "seed", low=0, integer=True)
         if seed != self.seed:
             world = self.make(seed)
+            if getattr(world.task, "name", None) != getattr(self.task, "name", None) or world.model.nq != self.world.model.nq:
+                raise TwinloopError(f"world seed {seed}: its world is of another task or scene "
+                                    f"({getattr(world.task, 'name', '?')}, nq={world.model.nq}) than the first world's "
+                                    f"({getattr(self.task, 'name', '?')}, nq={self.world.model.nq})")
             if world.period != self.period:
                 raise TwinloopError(f"world seed {seed}: its period {world.period:g} s differs from the first "
                                     f"world's {self.period:g} s")
