@@ -87,19 +87,23 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
 def planning_task(task, cfg: RunConfig):
     """The task the refined controller plans with: ``task`` itself, or with
     ``grasp.twin_resolution`` its deformable at that resolution
-    (:mod:`twinloop.tasks.resolution`), which refuses parameter particles and posteriors."""
+    (:mod:`twinloop.tasks.resolution`), which refuses parameter particles and posteriors. The
+    task's own resolution is the task itself."""
     res = None if cfg.grasp is None else cfg.grasp.twin_resolution
     if res is None:
         return task
     if not callable(getattr(task, "at_resolution", None)):
         raise TwinloopError(f"twin_resolution={res}: task {task.name!r} has no deformable to plan at another resolution")
+    own = getattr(task, "links", getattr(task, "resolution", None))
+    if res == own:
+        return task
+    world_mesh = f"; plan at the world's resolution with --set grasp.twin_resolution={own}" if own else ""
     if cfg.monitor is not None:
         raise TwinloopError(f"twin_resolution={res}: a gap monitor compares the world with the twin state by "
-                            "state; monitor at the world's resolution")
+                            f"state{world_mesh}")
     if cfg.planner.particles >= 2 or cfg.planner.posterior is not None:
         raise TwinloopError(f"twin_resolution={res} plans in a twin of another mesh: parameter particles and "
-                            "posteriors hold values of the world's mesh (per joint, per capsule); plan with them "
-                            "at the world's resolution")
+                            f"posteriors hold values of the world's mesh (per joint, per capsule){world_mesh}")
     return task.at_resolution(res)
 
 
