@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -598,3 +600,18 @@ def test_the_calibrate_command_estimates_the_start_noise_where_the_library_takes
     from twinloop.run.calibrate import CalibrateConfig
 
     assert CalibrateConfig().calib.noise_from_data and not CalibConfig().noise_from_data
+
+
+def test_a_profiled_delay_is_the_one_whose_fit_predicts_held_out_episodes_best(task, space):
+    # judged at a starting point far off (slippery, heavy), the objective picks 3 steps for the true 4
+    world = DelayedWorld(task, space.apply(task.model, TRUTH), delay=4)
+    eps = record(task, space, 3, world=world)
+    cfg = CalibConfig(max_evals=60, delay_steps=None, max_delay_steps=8, holdout_fraction=0.34,
+                      errors_in_variables=False)
+    x0 = np.array([0.1, 2.0])
+    judged = calibrate(task, eps, space, x0=x0, config=cfg)
+    profiled = calibrate(task, eps, space, x0=x0, config=replace(cfg, delay_profile=1))
+    assert judged.delay_steps == 3 and profiled.delay_steps == 4
+    assert profiled.holdout_error[1] < judged.holdout_error[1]
+    assert profiled.n_evals > 2 * judged.n_evals  # three fits
+    np.testing.assert_allclose(profiled.estimate, TRUTH, rtol=0.05)

@@ -120,12 +120,15 @@ def test_a_section_made_from_layers_is_checked_once_with_its_final_values():
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_every_task_default_reaches_a_run_and_the_rest_is_the_librarys(name):
+    from twinloop.run.calibrate import CalibrateConfig
     from twinloop.run.config import get_path, leaf_paths
 
     declared = task_defaults(name)
     cfg, sources = configure(RunConfig, declared, cli={"experiment.task": name})
-    for path, value in declared.items():
-        assert get_path(cfg, path) == value and sources[path] == "task"
+    calib, calib_sources = configure(CalibrateConfig, declared, cli={"task": name})
+    for path, value in declared.items():  # a run's setting, else a calibration's
+        got, where = (cfg, sources) if path in leaf_paths(RunConfig) else (calib, calib_sources)
+        assert get_path(got, path) == value and where[path] == "task", path
     library = RunConfig(task=name)
     for path in leaf_paths(RunConfig):
         if path not in declared:
@@ -214,3 +217,19 @@ def test_a_generated_option_says_what_its_field_says(command):
         assert p.help.startswith(path_doc(cls, path)), path
     names = {p.name for p in params}
     assert {"recipe", "set_"} <= names
+
+
+def test_a_calibration_starts_from_the_defaults_of_the_task_its_dataset_was_recorded_on(tmp_path):
+    from twinloop.cli.calib import recorded_task
+    from twinloop.cli.generate import resolve
+    from twinloop.data import Dataset
+    from twinloop.run.calibrate import CalibrateConfig
+
+    Dataset.create(tmp_path / "walk", {"fps": 25, "task": "quadruped-walk"})
+    assert recorded_task({"dataset": str(tmp_path / "walk")}) == "quadruped-walk"
+    assert recorded_task({"dataset": str(tmp_path / "absent")}) is None
+    cfg, sources, _ = resolve(CalibrateConfig, "calibrate", None, {}, "task", lambda: "quadruped-walk")
+    assert cfg.calib.delay_profile == task_defaults("quadruped-walk")["calib.delay_profile"] == 1
+    assert sources["calib.delay_profile"] == "task"
+    named, _, _ = resolve(CalibrateConfig, "calibrate", None, {"task": "block-push"}, "task", lambda: "quadruped-walk")
+    assert named.calib.delay_profile == 0  # the command line's task wins

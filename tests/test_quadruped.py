@@ -130,3 +130,42 @@ def test_refinement_around_the_gait_plans_without_falling_back(task):
 def test_a_bad_gait_setting_is_named(task):
     with pytest.raises(TwinloopError, match="trot frequency"):
         TrotGait(task, frequency=0.0)
+
+
+def still(task):
+    """Standing on the path, facing along it, at rest: the gait steers straight (turn 0)."""
+    return np.concatenate([standing(task), np.zeros(task.model.nv)])
+
+
+def test_the_trot_phase_is_that_of_the_time_given_not_of_the_call_count(task):
+    gait, s = TrotGait(task), still(task)
+    times = [0.0, 0.013, 0.05, 0.051, 0.3, 0.31]  # irregular, as a planning thread's cycles are
+    for calls, t in enumerate(times):
+        gait.set_time(t)
+        chunk = gait.propose(s, s)
+        np.testing.assert_allclose(chunk, gait.actions(t + np.arange(gait.H) * task.control_period, 0.0), atol=1e-12)
+        counted = gait.actions(calls * task.control_period + np.arange(gait.H) * task.control_period, 0.0)
+        if calls >= 2:  # by then the call count's clock has run away from the time
+            assert np.abs(chunk - counted).max() > 0.01
+
+
+def test_a_synchronous_episode_gives_the_gait_the_phases_of_its_ticks_to_the_bit(task):
+    timed, counted, s = TrotGait(task), TrotGait(task), still(task)
+    for k in range(task.max_ticks):
+        timed.set_time(k * task.control_period)  # a world's info["time"]: ticks x period
+        np.testing.assert_array_equal(timed.propose(s, s), counted.propose(s, s))
+
+
+def test_the_controller_sets_the_gait_clock_from_the_world_time(task):
+    twin = make_twin("mujoco", task.model)
+    refiner = Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=2, horizon=0.2))
+    gait, s = TrotGait(task), still(task)
+    controller = Controller(refiner, gait, refine=False)
+    action = controller.act(s, {"time": 0.52, "tick": 26})
+    np.testing.assert_allclose(action, gait.actions(np.array([0.52]), 0.0)[0], atol=1e-12)
+    assert np.abs(action - gait.actions(np.array([0.0]), 0.0)[0]).max() > 0.01  # not the first call's phase
+
+
+def test_a_gait_time_must_be_a_time(task):
+    with pytest.raises(TwinloopError, match="gait time"):
+        TrotGait(task).set_time(float("nan"))

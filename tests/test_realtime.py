@@ -214,3 +214,31 @@ def test_the_process_exits_cleanly_with_engine_threads_still_running(tmp_path):
     for _ in range(3):
         r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+
+
+class Timed:
+    """A proposer that records the world times it is told before each proposal."""
+
+    def __init__(self, proposer):
+        self.proposer, self.times = proposer, []
+
+    def set_time(self, t):
+        self.times.append(t)
+
+    def propose(self, obs, state):
+        return self.proposer.propose(obs, state)
+
+
+@pytest.mark.parametrize("comp", [True, False])
+def test_async_controller_tells_a_timed_proposer_when_its_plan_starts(task, comp):
+    world = RealtimeWorld(SimWorld(task, period=0.02))
+    proposer = Timed(task.default_proposer())
+    ctl = AsyncController(refiner(task), proposer, AsyncConfig(latency_comp=comp, budget=0.04))
+    try:
+        run_episode(world, ctl, 0, max_ticks=15, record=False)
+    finally:
+        world.close()
+    cycles = list(ctl.cycles)
+    assert len(cycles) >= 2
+    expected = [c.start if comp else c.obs_time for c in cycles]
+    np.testing.assert_allclose(proposer.times[: len(cycles)], expected)

@@ -80,6 +80,15 @@ def load_episodes(task: str | None, dataset: str, lerobot: bool, column_map: str
     return t, ds.episodes(), world
 
 
+def recorded_task(extra: dict) -> str | None:
+    """The task a twinloop dataset (``extra["dataset"]``) was recorded on, whose defaults the
+    calibration starts from; ``None`` for anything else (the command then says what is wrong)."""
+    try:
+        return Dataset(extra["dataset"]).info.get("twinloop", {}).get("task")
+    except (TwinloopError, OSError, ValueError, KeyError):
+        return None
+
+
 CALIBRATE_OPTIONS = {
     "task": ("task",),
     "calib.method": ("method",),
@@ -137,7 +146,7 @@ calibrate = config_command(
     extra={"dataset": (str, typer.Argument(..., help="A twinloop dataset folder, or LeRobot Parquet (with --lerobot).")),
            "overwrite": (bool, typer.Option(False, help="Replace an earlier twinloop output in --out."))},
     doc="Fit the twin's physical parameters to recorded episodes; report how well each is pinned down.",
-    task_path="task")
+    task_path="task", task_of=recorded_task)
 
 
 RSR_OPTIONS = {

@@ -39,14 +39,19 @@ SET_HELP = ("Set any field by its path, typed by its annotation (repeatable): --
 RECIPE_HELP = "A recipe (`twinloop recipes` lists them) or a recipe file (.toml): its settings, then the options."
 
 
-def resolve(cls, command: str, recipe: str | None, cli: Mapping[str, object], task_path: str = "experiment.task"):
+def resolve(cls, command: str, recipe: str | None, cli: Mapping[str, object], task_path: str = "experiment.task",
+            fallback_task: Callable[[], str | None] | None = None):
     """``(config, sources, recipe)`` of a command: library defaults < the task's defaults <
-    the recipe's settings < the command line's, each path set by the last that names it."""
+    the recipe's settings < the command line's, each path set by the last that names it. The
+    task whose defaults apply: the command line's, else the recipe's, else ``fallback_task()``
+    (the task a dataset was recorded on), else the field's default."""
     rec: Recipe | None = load_recipe(recipe) if recipe else None
     if rec is not None and rec.command != command:
         raise TwinloopError(f"recipe {rec.name!r} is for `twinloop {rec.command}`, not `twinloop {command}`")
     settings = with_built(rec, console.print) if rec is not None else {}
     task = cli.get(task_path, settings.get(task_path))
+    if task is None and fallback_task is not None:
+        task = fallback_task()
     if task is None:
         task = field_default(cls, task_path)
     cfg, sources = configure(cls, task_defaults(str(task)) if task is not None else {}, settings, cli)
@@ -81,10 +86,13 @@ def _option(cls, path: str, flags: tuple[str, ...]) -> tuple[str, inspect.Parame
 
 def config_command(cls, command: str, options: Mapping[str, tuple[str, ...]], body: Callable,
                    extra: Mapping[str, tuple[type, object]] | None = None, doc: str = "",
-                   task_path: str = "experiment.task") -> Callable:
+                   task_path: str = "experiment.task",
+                   task_of: Callable[[dict], str | None] | None = None) -> Callable:
     """A typer command for config class ``cls``: an option per ``options`` path, plus
     ``--recipe`` and ``--set``, plus ``extra`` command-only options ``{name: (type,
-    typer.Option)}``. It resolves the config and calls ``body(cfg, sources, recipe, **extra)``."""
+    typer.Option)}``. It resolves the config and calls ``body(cfg, sources, recipe, **extra)``.
+    ``task_of(extra)``: the task whose defaults apply when neither the command line nor the
+    recipe names one (``None``: none known)."""
     params, names = [], {}
     for path, flags in options.items():
         var, p = _option(cls, path, flags)
@@ -107,7 +115,8 @@ def config_command(cls, command: str, options: Mapping[str, tuple[str, ...]], bo
         clash = sorted(set(sets) & set(cli))
         if clash:
             raise TwinloopError(f"{', '.join(clash)} given both as an option and with --set: give it once")
-        cfg, sources, rec = resolve(cls, command, kw.pop("recipe"), {**cli, **sets}, task_path)
+        fallback = None if task_of is None else (lambda extra=dict(kw): task_of(extra))
+        cfg, sources, rec = resolve(cls, command, kw.pop("recipe"), {**cli, **sets}, task_path, fallback)
         return body(cfg, sources, rec, **kw)
 
     fn.__signature__ = inspect.Signature(params)

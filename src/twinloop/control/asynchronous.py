@@ -254,6 +254,8 @@ class AsyncController(Controller):
             ref = t_obs if np.isnan(start) else start
             shift = 1.0 if np.isnan(p_start) else (ref - p_start) / self.task.control_period
             warm, carry = self.carried(p_plan, p_tick, max(shift, 0.0))
+        # a timed proposer (a gait) proposes for the time the state planned from is of
+        self._call(self.proposer, "set_time", t_obs if np.isnan(start) else start)
         plan, tick = self.plan(obs, state, warm, carry, line)
         if cfg.budget is not None:
             wait = cfg.budget - (time.perf_counter() - c0)

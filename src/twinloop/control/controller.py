@@ -145,8 +145,11 @@ class Controller:
         return out
 
     def act(self, obs, info: dict | None = None) -> np.ndarray:
-        """The action for observation ``obs`` (``info``, the world's, is not needed here)."""
+        """The action for observation ``obs``; the world's ``info``, where it has the
+        observation's ``time``, sets a timed proposer's clock (its ``set_time``)."""
         state = self.last_state = self.estimator.estimate(obs)
+        if info is not None and "time" in info:
+            self._call(self.proposer, "set_time", float(info["time"]))
         alarm = ""
         for h in self.hooks:
             alarm = alarm or (self._call(h, "begin", state) or "")

@@ -75,6 +75,11 @@ class NoisyProposer:
         if callable(getattr(self.proposer, "reset", None)):
             self.proposer.reset(seed)
 
+    def set_time(self, time: float) -> None:
+        """Pass the world time on to a timed proposer."""
+        if callable(getattr(self.proposer, "set_time", None)):
+            self.proposer.set_time(time)
+
     def propose(self, obs, state) -> np.ndarray:
         chunk = as_array(self.proposer.propose(obs, state), "proposer action chunk")
         noisy = chunk + self.rng.normal(0.0, 1.0, chunk.shape) * self.scale
