@@ -26,7 +26,7 @@ import numpy as np
 from twinloop.control.parts import TickHook
 from twinloop.errors import TwinloopError, number
 from twinloop.viz import panels
-from twinloop.viz.scene import SceneMirror, load_viser, look_from_above
+from twinloop.viz.scene import SceneMirror, light_plainly, load_viser, look_from_above
 from twinloop.viz.tuning import Tuning, planner_settings
 
 #: points kept along each candidate's rollout
@@ -181,6 +181,7 @@ class LiveView:
         self.host = host
         self.tuning = Tuning()
         self.mirror = SceneMirror(self.server.scene, self.task.model)
+        light_plainly(self.server)
         look_from_above(self.server, self.task.model)
         self.panel = panels.TickPanel(self.server, self.task, self.tuning)
         self._latest: TickSnapshot | None = None
