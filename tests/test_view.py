@@ -2,8 +2,10 @@
 planner tuned from the page, and bad input (a port in use, a closed browser)."""
 
 import os
+import signal
 import socket
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from twinloop.errors import TwinloopError  # noqa: E402
 from twinloop.run.build import controller_in_world  # noqa: E402
 from twinloop.run.compare import RunConfig, run_comparison  # noqa: E402
 from twinloop.viz.browser import Browser, chromium, colour_pixels  # noqa: E402
-from twinloop.viz.live import LiveView, TickSnapshot, open_view  # noqa: E402
+from twinloop.viz.live import History, LiveView, TickSnapshot, open_view  # noqa: E402
 from twinloop.viz.panels import CANDIDATE, CHOSEN  # noqa: E402
 
 CFG = RunConfig(task="push-t", episodes=1, max_ticks=4, video=False, record=False)
@@ -48,19 +50,39 @@ def test_every_tick_is_published_and_drawn_without_error(view):
     assert snap.verdict  # which plan was sent and why
 
 
-def test_publishing_never_waits_for_a_slow_page(push_t):
+def test_publishing_never_waits_for_a_page_that_stopped_drawing(push_t):
     v = LiveView(push_t, port=0)
     try:
-        v.draw = lambda snap: time.sleep(0.5)  # a page that takes half a second a frame
-        snap = TickSnapshot("x", 1, push_t.model.qpos0.copy(), None, None, None, None, None, "", None)
+        os.kill(v.process.pid, signal.SIGSTOP)  # a page that draws nothing for a while
+        snap = TickSnapshot("x", 1, push_t.model.qpos0.copy(), None, None, None, None, None, "", History())
         t0 = time.perf_counter()
-        for _ in range(200):
-            v.publish(snap if _ % 2 else TickSnapshot(**{**snap.__dict__, "tick": _}))
+        for i in range(200):
+            v.publish(TickSnapshot(**{**snap.__dict__, "tick": i}))
         assert time.perf_counter() - t0 < 0.1  # 200 ticks handed over: none waited for a frame
-        time.sleep(0.1)
+        time.sleep(0.3)
+        os.kill(v.process.pid, signal.SIGCONT)
+        deadline = time.time() + 10
+        while (v._drawn is None or v._drawn.tick != 199) and time.time() < deadline:
+            time.sleep(0.02)
+        assert v._drawn.tick == 199 and v.error == ""
         assert v.drawn <= 2  # the ticks published meanwhile were dropped, not queued
     finally:
+        os.kill(v.process.pid, signal.SIGCONT)
         v.close()
+
+
+def test_the_page_runs_in_its_own_process_at_a_lower_priority(view):
+    assert view.process.is_alive() and view.process.pid != os.getpid()
+    assert os.getpriority(os.PRIO_PROCESS, view.process.pid) > os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_a_tick_sends_only_the_history_the_page_has_not_had(view):
+    h = History(t=[0.0, 0.1, 0.2], cost=[3.0, 2.0, 1.0], prior_cost=[4.0] * 3, gap=[0.0] * 3, qpos=[np.zeros(2)] * 3)
+    snap = TickSnapshot("ep", 3, np.zeros(2), None, None, None, None, None, "", h)
+    view._history_sent = ("ep", 2)
+    wire = view._wire(snap)
+    assert wire.history_from == 2 and wire.history.cost == [1.0] and snap.history.cost == [3.0, 2.0, 1.0]
+    assert view._wire(replace(snap, episode="next")).history_from == 0  # a new episode starts over
 
 
 def test_tuning_applies_k_at_the_next_tick_and_the_horizon_at_the_next_episode(view):
