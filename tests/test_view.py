@@ -1,6 +1,7 @@
 """The live view: ticks published without waiting, the page drawn in a real browser, the
 planner tuned from the page, and bad input (a port in use, a closed browser)."""
 
+import multiprocessing
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ from twinloop.run.build import controller_in_world  # noqa: E402
 from twinloop.run.compare import RunConfig, run_comparison  # noqa: E402
 from twinloop.viz.browser import Browser, chromium, colour_pixels  # noqa: E402
 from twinloop.viz.live import History, LiveView, TickSnapshot, open_view  # noqa: E402
+from twinloop.viz.page import Page  # noqa: E402
 from twinloop.viz.panels import CANDIDATE, CHOSEN  # noqa: E402
 
 CFG = RunConfig(task="push-t", episodes=1, max_ticks=4, video=False, record=False)
@@ -83,6 +85,25 @@ def test_a_tick_sends_only_the_history_the_page_has_not_had(view):
     wire = view._wire(snap)
     assert wire.history_from == 2 and wire.history.cost == [1.0] and snap.history.cost == [3.0, 2.0, 1.0]
     assert view._wire(replace(snap, episode="next")).history_from == 0  # a new episode starts over
+
+
+def test_the_page_sends_its_controls_back_and_acknowledges_each_tick_it_draws(push_t):
+    ours, theirs = multiprocessing.Pipe()
+    page = Page(theirs, push_t, "127.0.0.1", 0, 30.0)
+    try:
+        page.panel._request("num_samples", 8)  # what moving the page's K control does
+        assert ours.recv() == ("tune", ("num_samples", 8))
+        q = push_t.model.qpos0.copy()
+        h = History(t=[0.0, 0.1], cost=[2.0, 1.0], prior_cost=[3.0, 3.0], gap=[0.0, 0.0], qpos=[q, q])
+        ours.send(("tick", TickSnapshot("ep", 2, q, None, None, None, None, None, "", h), 7))
+        ours.send(("tick", TickSnapshot("ep", 3, q, None, None, None, None, None, "", History(*[[v] for v in
+                   (0.2, 0.5, 3.0, 0.0, q)]), history_from=2), 8))
+        ours.send(("stop", None))
+        page.run()
+        assert [ours.recv(), ours.recv()] == [("drawn", 7), ("drawn", 8)]
+        assert page.history.cost == [2.0, 1.0, 0.5]  # the second tick brought only its new entry
+    finally:
+        page.server.stop()
 
 
 def test_tuning_applies_k_at_the_next_tick_and_the_horizon_at_the_next_episode(view):
