@@ -16,6 +16,7 @@ pytest.importorskip("viser")
 from twinloop.errors import TwinloopError  # noqa: E402
 from twinloop.run.build import controller_in_world  # noqa: E402
 from twinloop.run.compare import RunConfig, run_comparison  # noqa: E402
+from twinloop.tasks import make_task  # noqa: E402
 from twinloop.viz.browser import Browser, chromium, colour_pixels  # noqa: E402
 from twinloop.viz.live import History, LiveView, TickSnapshot, open_view  # noqa: E402
 from twinloop.viz.page import Page  # noqa: E402
@@ -104,6 +105,16 @@ def test_the_page_sends_its_controls_back_and_acknowledges_each_tick_it_draws(pu
         assert page.history.cost == [2.0, 1.0, 0.5]  # the second tick brought only its new entry
     finally:
         page.server.stop()
+
+
+def test_a_task_class_from_a_file_is_served_by_the_page_process(tmp_path):
+    path = tmp_path / "my_task.py"
+    path.write_text("from twinloop.tasks.push_t import PushT\n\n\nclass MyPush(PushT):\n    name = 'my-push'\n")
+    v = open_view(make_task(f"{path}:MyPush"), "127.0.0.1", 0)
+    try:
+        assert v.process.is_alive() and v.port > 0
+    finally:
+        v.close()
 
 
 def test_tuning_applies_k_at_the_next_tick_and_the_horizon_at_the_next_episode(view):

@@ -19,7 +19,9 @@ Two halves, in two processes:
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -28,6 +30,7 @@ import numpy as np
 
 from twinloop.control.parts import TickHook
 from twinloop.errors import TwinloopError, number
+from twinloop.plugins import USER_MODULE
 from twinloop.viz.page import serve
 from twinloop.viz.scene import load_viser
 from twinloop.viz.tuning import Tuning, planner_settings
@@ -166,6 +169,20 @@ def check_port(host: str, port: int) -> None:
                                 "--set experiment.view_port=PORT (0: any free port)") from exc
 
 
+def _for_page(task) -> tuple[str | bytes, str | None]:
+    """``task`` as the page process takes it: a name, or the pickled task and, for a task class
+    loaded from a file (``file.py:Class``), that file (the page process loads it first)."""
+    if isinstance(task, str):
+        return task, None
+    try:
+        blob = pickle.dumps(task)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise TwinloopError(f"the live view's page process cannot take this task ({exc}): pass a registered "
+                            "task or its name") from exc
+    module = type(task).__module__
+    return blob, getattr(sys.modules[module], "__file__", None) if module.startswith(USER_MODULE) else None
+
+
 class LiveView:
     """A viser server, in a process of its own, showing ``task``'s scene and the ticks its hooks
     publish.
@@ -187,8 +204,8 @@ class LiveView:
         self.host, self.tuning = host, Tuning()
         ctx = multiprocessing.get_context("spawn")  # never fork a process whose twin runs threads
         self._conn, theirs = ctx.Pipe()
-        self.process = ctx.Process(target=serve, args=(theirs, task, host, port, rate, int(nice)), daemon=True,
-                                   name="twinloop-view")
+        self.process = ctx.Process(target=serve, args=(theirs, *_for_page(task), host, port, rate, int(nice)),
+                                   daemon=True, name="twinloop-view")
         self.process.start()
         theirs.close()
         self.port = self._wait_ready()
@@ -208,10 +225,16 @@ class LiveView:
             t.start()
 
     def _wait_ready(self) -> int:
-        if not self._conn.poll(PAGE_START_S):
-            self.process.terminate()
-            raise TwinloopError(f"the live view's page process did not start within {PAGE_START_S:g} s")
-        kind, payload = self._conn.recv()
+        deadline = time.monotonic() + PAGE_START_S
+        while not self._conn.poll(0.25):
+            if not self.process.is_alive() or time.monotonic() > deadline:
+                self.process.terminate()
+                raise TwinloopError(f"the live view's page process ended before serving (exit code "
+                                    f"{self.process.exitcode}; a task it cannot import by its module?)")
+        try:
+            kind, payload = self._conn.recv()
+        except EOFError:
+            kind, payload = "failed", f"its process ended (exit code {self.process.exitcode})"
         if kind != "ready":
             self.process.join(timeout=5)
             raise TwinloopError(f"the live view cannot start: {payload}")

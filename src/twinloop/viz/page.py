@@ -17,9 +17,13 @@ speak over one pipe:
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
+from pathlib import Path
 
+from twinloop import plugins
+from twinloop.tasks import make_task
 from twinloop.viz import panels
 from twinloop.viz.scene import SceneMirror, light_plainly, load_viser, look_from_above
 
@@ -111,19 +115,20 @@ class Page:
             self.stale = snap
 
 
-def serve(conn, task, host: str, port: int, max_rate: float, nice: int) -> None:
+def serve(conn, task, source: str | None, host: str, port: int, max_rate: float, nice: int) -> None:
     """The page process's main: serve ``task``'s live view on ``host:port`` and draw the ticks
-    received over ``conn`` (a pipe's end), at scheduling priority ``nice`` (added to the current)."""
+    received over ``conn`` (a pipe's end), at scheduling priority ``nice`` (added to the current).
+    ``task`` is a task's name or the pickled task; ``source``, the file its class was loaded from
+    (``None``: an importable module)."""
     if nice:
         try:
             os.nice(nice)
         except OSError:  # not allowed here: the page runs at the control process's priority
             pass
     try:
-        if isinstance(task, str):
-            from twinloop.tasks import make_task
-
-            task = make_task(task)
+        if source is not None:  # the task's class comes from a file: load it as the run did
+            plugins.module_from_file(Path(source), "task")
+        task = make_task(task) if isinstance(task, str) else pickle.loads(task)
         page = Page(conn, task, host, port, max_rate)
     except Exception as exc:  # noqa: BLE001 - reported to the control process, which raises it
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
