@@ -5,6 +5,8 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -75,7 +77,7 @@ def test_publishing_never_waits_for_a_page_that_stopped_drawing(push_t):
 
 
 def test_the_page_runs_in_its_own_process_at_a_lower_priority(view):
-    assert view.process.is_alive() and view.process.pid != os.getpid()
+    assert view.process.poll() is None and view.process.pid != os.getpid()
     assert os.getpriority(os.PRIO_PROCESS, view.process.pid) > os.getpriority(os.PRIO_PROCESS, 0)
 
 
@@ -112,9 +114,17 @@ def test_a_task_class_from_a_file_is_served_by_the_page_process(tmp_path):
     path.write_text("from twinloop.tasks.push_t import PushT\n\n\nclass MyPush(PushT):\n    name = 'my-push'\n")
     v = open_view(make_task(f"{path}:MyPush"), "127.0.0.1", 0)
     try:
-        assert v.process.is_alive() and v.port > 0
+        assert v.process.poll() is None and v.port > 0
     finally:
         v.close()
+
+
+def test_a_script_without_a_main_guard_can_open_the_view(tmp_path):
+    script = tmp_path / "watch.py"
+    script.write_text("from twinloop.viz.live import open_view\nv = open_view('push-t', '127.0.0.1', 0)\n"
+                      "print('served', v.process.poll() is None)\nv.close()\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.count("served True") == 1, out.stderr[-2000:]  # started once, not again by the page
 
 
 def test_tuning_applies_k_at_the_next_tick_and_the_horizon_at_the_next_episode(view):

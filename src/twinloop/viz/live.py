@@ -13,25 +13,26 @@ Two halves, in two processes:
   the tick's state, the candidate rollouts as ghost traces (the plan sent in red, the base
   proposal in green, the other candidates faint blue), the cost and success over time, the gap
   monitor's score against its threshold, and the tick's verdict. The page's planner controls
-  come back over the same pipe and are applied at the next tick (:mod:`twinloop.viz.tuning`).
+  come back over the same connection and are applied at the next tick (:mod:`twinloop.viz.tuning`).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
+import secrets
 import socket
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field, fields, replace
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 import numpy as np
 
 from twinloop.control.parts import TickHook
 from twinloop.errors import TwinloopError, number
 from twinloop.plugins import USER_MODULE
-from twinloop.viz.page import serve
 from twinloop.viz.scene import load_viser
 from twinloop.viz.tuning import Tuning, planner_settings
 
@@ -169,6 +170,32 @@ def check_port(host: str, port: int) -> None:
                                 "--set experiment.view_port=PORT (0: any free port)") from exc
 
 
+def start_page() -> tuple[subprocess.Popen, Connection]:
+    """Start ``python -m twinloop.viz.page`` and connect to it: ``(process, connection)``. The two
+    authenticate with a random key handed over on the page process's standard input."""
+    key = secrets.token_bytes(32)
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        srv.settimeout(0.25)
+        proc = subprocess.Popen([sys.executable, "-m", "twinloop.viz.page", str(srv.getsockname()[1])],
+                                stdin=subprocess.PIPE)
+        proc.stdin.write(key.hex().encode() + b"\n")
+        proc.stdin.close()
+        deadline = time.monotonic() + PAGE_START_S
+        while True:
+            try:
+                sock, _ = srv.accept()
+                break
+            except TimeoutError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    raise TwinloopError(f"the live view's page process did not start (exit code {proc.poll()})") from None
+    sock.settimeout(None)
+    conn = Connection(sock.detach())
+    deliver_challenge(conn, key)
+    answer_challenge(conn, key)
+    return proc, conn
+
+
 def _for_page(task) -> tuple[str | bytes, str | None]:
     """``task`` as the page process takes it: a name, or the pickled task and, for a task class
     loaded from a file (``file.py:Class``), that file (the page process loads it first)."""
@@ -202,12 +229,12 @@ class LiveView:
         rate = number(max_rate, "max_rate (Hz)", low=0, low_open=True)
         check_port(host, port)
         self.host, self.tuning = host, Tuning()
-        ctx = multiprocessing.get_context("spawn")  # never fork a process whose twin runs threads
-        self._conn, theirs = ctx.Pipe()
-        self.process = ctx.Process(target=serve, args=(theirs, *_for_page(task), host, port, rate, int(nice)),
-                                   daemon=True, name="twinloop-view")
-        self.process.start()
-        theirs.close()
+        start = (*_for_page(task), host, port, rate, int(nice))
+        # a fresh interpreter, not a fork (the twin runs threads) nor multiprocessing's spawn (which
+        # re-runs the caller's main script, so a script without a main guard would start twice)
+        self._lock = threading.Lock()  # the connection's sends: the sending thread's and show_settings'
+        self.process, self._conn = start_page()
+        self._send("start", start)
         self.port = self._wait_ready()
         self._latest: TickSnapshot | None = None
         self._drawn: TickSnapshot | None = None
@@ -215,7 +242,6 @@ class LiveView:
         self._history_sent: tuple[str | None, int] = (None, 0)
         self._wake, self._free, self._stop = threading.Event(), threading.Event(), threading.Event()
         self._free.set()
-        self._lock = threading.Lock()
         self.published = self.drawn = 0
         self.draw_times: list[float] = []
         self.error = ""
@@ -227,16 +253,16 @@ class LiveView:
     def _wait_ready(self) -> int:
         deadline = time.monotonic() + PAGE_START_S
         while not self._conn.poll(0.25):
-            if not self.process.is_alive() or time.monotonic() > deadline:
-                self.process.terminate()
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
                 raise TwinloopError(f"the live view's page process ended before serving (exit code "
-                                    f"{self.process.exitcode}; a task it cannot import by its module?)")
+                                    f"{self.process.poll()})")
         try:
             kind, payload = self._conn.recv()
         except EOFError:
-            kind, payload = "failed", f"its process ended (exit code {self.process.exitcode})"
+            kind, payload = "failed", f"its process ended (exit code {self.process.poll()})"
         if kind != "ready":
-            self.process.join(timeout=5)
+            self.process.wait(timeout=5)
             raise TwinloopError(f"the live view cannot start: {payload}")
         return int(payload)
 
@@ -322,10 +348,11 @@ class LiveView:
         self._stop.set()
         self._wake.set()
         self._send("stop", None)
-        self.process.join(timeout=10)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(timeout=5)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
         self._conn.close()
         for t in self._threads:
             t.join(timeout=5)

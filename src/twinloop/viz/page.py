@@ -3,9 +3,10 @@
 :class:`~twinloop.viz.live.LiveView` starts :func:`serve` in a process of its own (at a lower
 scheduling priority), so that building the page's messages and serving them never holds the
 control process's interpreter lock nor competes with its threads at equal priority. The two
-speak over one pipe:
+speak over one connection (a local socket, authenticated):
 
-- to the page: ``("tick", snapshot, seq)`` (a :class:`~twinloop.viz.live.TickSnapshot` whose
+- to the page: ``("start", args)`` once (:func:`serve`'s arguments after the connection),
+  then ``("tick", snapshot, seq)`` (a :class:`~twinloop.viz.live.TickSnapshot` whose
   history holds only the entries not sent before, from index ``history_from``),
   ``("settings", values)``, ``("stop", None)``;
 - from the page: ``("ready", port)`` or ``("failed", message)`` once, then ``("drawn", seq)``
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import threading
 import time
+from multiprocessing.connection import Client
 from pathlib import Path
 
 from twinloop import plugins
@@ -117,7 +120,7 @@ class Page:
 
 def serve(conn, task, source: str | None, host: str, port: int, max_rate: float, nice: int) -> None:
     """The page process's main: serve ``task``'s live view on ``host:port`` and draw the ticks
-    received over ``conn`` (a pipe's end), at scheduling priority ``nice`` (added to the current).
+    received over ``conn``, at scheduling priority ``nice`` (added to the current).
     ``task`` is a task's name or the pickled task; ``source``, the file its class was loaded from
     (``None``: an importable module)."""
     if nice:
@@ -140,3 +143,17 @@ def serve(conn, task, source: str | None, host: str, port: int, max_rate: float,
         pass
     finally:
         page.server.stop()
+
+
+def main() -> None:
+    """``python -m twinloop.viz.page PORT`` (the key on standard input): connect to the control
+    process listening on ``127.0.0.1:PORT`` and serve the page it asks for."""
+    key = bytes.fromhex(sys.stdin.readline().strip())
+    conn = Client(("127.0.0.1", int(sys.argv[1])), authkey=key)
+    kind, args = conn.recv()
+    if kind == "start":
+        serve(conn, *args)
+
+
+if __name__ == "__main__":
+    main()
