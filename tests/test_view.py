@@ -55,7 +55,7 @@ def test_every_tick_is_published_and_drawn_without_error(view):
     assert snap.verdict  # which plan was sent and why
 
 
-def test_publishing_never_waits_for_a_page_that_stopped_drawing(push_t):
+def test_publishing_never_waits_for_a_page_that_stopped_drawing_or_died(push_t):
     v = LiveView(push_t, port=0)
     try:
         os.kill(v.process.pid, signal.SIGSTOP)  # a page that draws nothing for a while
@@ -71,8 +71,16 @@ def test_publishing_never_waits_for_a_page_that_stopped_drawing(push_t):
             time.sleep(0.02)
         assert v._drawn.tick == 199 and v.error == ""
         assert v.drawn <= 2  # the ticks published meanwhile were dropped, not queued
+        v.process.kill()  # the page process dies: publishing goes on, without waiting
+        v.process.wait(timeout=10)
+        t0 = time.perf_counter()
+        for i in range(50):
+            v.publish(TickSnapshot(**{**snap.__dict__, "tick": 200 + i}))
+            time.sleep(0.002)
+        assert time.perf_counter() - t0 < 1.0 and v.published == 250
     finally:
-        os.kill(v.process.pid, signal.SIGCONT)
+        if v.process.poll() is None:
+            os.kill(v.process.pid, signal.SIGCONT)
         v.close()
 
 
