@@ -1,9 +1,14 @@
 """The live view: ticks published without waiting, the page drawn in a real browser, the
 planner tuned from the page, and bad input (a port in use, a closed browser)."""
 
+import multiprocessing
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,8 +18,10 @@ pytest.importorskip("viser")
 from twinloop.errors import TwinloopError  # noqa: E402
 from twinloop.run.build import controller_in_world  # noqa: E402
 from twinloop.run.compare import RunConfig, run_comparison  # noqa: E402
+from twinloop.tasks import make_task  # noqa: E402
 from twinloop.viz.browser import Browser, chromium, colour_pixels  # noqa: E402
-from twinloop.viz.live import LiveView, TickSnapshot, open_view  # noqa: E402
+from twinloop.viz.live import History, LiveView, TickSnapshot, open_view  # noqa: E402
+from twinloop.viz.page import Page  # noqa: E402
 from twinloop.viz.panels import CANDIDATE, CHOSEN  # noqa: E402
 
 CFG = RunConfig(task="push-t", episodes=1, max_ticks=4, video=False, record=False)
@@ -48,19 +55,84 @@ def test_every_tick_is_published_and_drawn_without_error(view):
     assert snap.verdict  # which plan was sent and why
 
 
-def test_publishing_never_waits_for_a_slow_page(push_t):
+def test_publishing_never_waits_for_a_page_that_stopped_drawing_or_died(push_t):
     v = LiveView(push_t, port=0)
     try:
-        v.draw = lambda snap: time.sleep(0.5)  # a page that takes half a second a frame
-        snap = TickSnapshot("x", 1, push_t.model.qpos0.copy(), None, None, None, None, None, "", None)
+        os.kill(v.process.pid, signal.SIGSTOP)  # a page that draws nothing for a while
+        snap = TickSnapshot("x", 1, push_t.model.qpos0.copy(), None, None, None, None, None, "", History())
         t0 = time.perf_counter()
-        for _ in range(200):
-            v.publish(snap if _ % 2 else TickSnapshot(**{**snap.__dict__, "tick": _}))
+        for i in range(200):
+            v.publish(TickSnapshot(**{**snap.__dict__, "tick": i}))
         assert time.perf_counter() - t0 < 0.1  # 200 ticks handed over: none waited for a frame
-        time.sleep(0.1)
+        time.sleep(0.3)
+        os.kill(v.process.pid, signal.SIGCONT)
+        deadline = time.time() + 10
+        while (v._drawn is None or v._drawn.tick != 199) and time.time() < deadline:
+            time.sleep(0.02)
+        assert v._drawn.tick == 199 and v.error == ""
         assert v.drawn <= 2  # the ticks published meanwhile were dropped, not queued
+        v.process.kill()  # the page process dies: publishing goes on, without waiting
+        v.process.wait(timeout=10)
+        t0 = time.perf_counter()
+        for i in range(50):
+            v.publish(TickSnapshot(**{**snap.__dict__, "tick": 200 + i}))
+            time.sleep(0.002)
+        assert time.perf_counter() - t0 < 1.0 and v.published == 250
+    finally:
+        if v.process.poll() is None:
+            os.kill(v.process.pid, signal.SIGCONT)
+        v.close()
+
+
+def test_the_page_runs_in_its_own_process_at_a_lower_priority(view):
+    assert view.process.poll() is None and view.process.pid != os.getpid()
+    assert os.getpriority(os.PRIO_PROCESS, view.process.pid) > os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_a_tick_sends_only_the_history_the_page_has_not_had(view):
+    h = History(t=[0.0, 0.1, 0.2], cost=[3.0, 2.0, 1.0], prior_cost=[4.0] * 3, gap=[0.0] * 3, qpos=[np.zeros(2)] * 3)
+    snap = TickSnapshot("ep", 3, np.zeros(2), None, None, None, None, None, "", h)
+    view._history_sent = ("ep", 2)
+    wire = view._wire(snap)
+    assert wire.history_from == 2 and wire.history.cost == [1.0] and snap.history.cost == [3.0, 2.0, 1.0]
+    assert view._wire(replace(snap, episode="next")).history_from == 0  # a new episode starts over
+
+
+def test_the_page_sends_its_controls_back_and_acknowledges_each_tick_it_draws(push_t):
+    ours, theirs = multiprocessing.Pipe()
+    page = Page(theirs, push_t, "127.0.0.1", 0, 30.0)
+    try:
+        page.panel._request("num_samples", 8)  # what moving the page's K control does
+        assert ours.recv() == ("tune", ("num_samples", 8))
+        q = push_t.model.qpos0.copy()
+        h = History(t=[0.0, 0.1], cost=[2.0, 1.0], prior_cost=[3.0, 3.0], gap=[0.0, 0.0], qpos=[q, q])
+        ours.send(("tick", TickSnapshot("ep", 2, q, None, None, None, None, None, "", h), 7))
+        ours.send(("tick", TickSnapshot("ep", 3, q, None, None, None, None, None, "", History(*[[v] for v in
+                   (0.2, 0.5, 3.0, 0.0, q)]), history_from=2), 8))
+        ours.send(("stop", None))
+        page.run()
+        assert [ours.recv(), ours.recv()] == [("drawn", 7), ("drawn", 8)]
+        assert page.history.cost == [2.0, 1.0, 0.5]  # the second tick brought only its new entry
+    finally:
+        page.server.stop()
+
+
+def test_a_task_class_from_a_file_is_served_by_the_page_process(tmp_path):
+    path = tmp_path / "my_task.py"
+    path.write_text("from twinloop.tasks.push_t import PushT\n\n\nclass MyPush(PushT):\n    name = 'my-push'\n")
+    v = open_view(make_task(f"{path}:MyPush"), "127.0.0.1", 0)
+    try:
+        assert v.process.poll() is None and v.port > 0
     finally:
         v.close()
+
+
+def test_a_script_without_a_main_guard_can_open_the_view(tmp_path):
+    script = tmp_path / "watch.py"
+    script.write_text("from twinloop.viz.live import open_view\nv = open_view('push-t', '127.0.0.1', 0)\n"
+                      "print('served', v.process.poll() is None)\nv.close()\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.count("served True") == 1, out.stderr[-2000:]  # started once, not again by the page
 
 
 def test_tuning_applies_k_at_the_next_tick_and_the_horizon_at_the_next_episode(view):

@@ -27,6 +27,9 @@ from pathlib import Path
 from twinloop.errors import TwinloopError
 
 #: entry-point groups twinloop reads: kind -> group
+#: the prefix of the module names given to files loaded as plugins
+USER_MODULE = "twinloop_user_"
+
 GROUPS = {"task": "twinloop.tasks", "proposer": "twinloop.proposers", "world": "twinloop.worlds"}
 
 
@@ -39,12 +42,14 @@ def is_spec(name: str) -> bool:
     return bool(where) and attr.isidentifier()
 
 
-def _module_from_file(path: Path, kind: str):
+def module_from_file(path: Path, kind: str):
+    """The Python file ``path`` as a module (a ``kind`` plugin's), loaded once per resolved path
+    under a name derived from it, so another process loading the same file gets the same name."""
     if not path.is_file():
         raise TwinloopError(f"{kind} file {str(path)!r} not found")
     resolved = path.resolve()
     # one module per resolved path, so a class loaded twice is the same class
-    modname = f"twinloop_user_{resolved.stem}_{hashlib.sha1(str(resolved).encode()).hexdigest()[:10]}"
+    modname = f"{USER_MODULE}{resolved.stem}_{hashlib.sha1(str(resolved).encode()).hexdigest()[:10]}"
     if modname in sys.modules:
         return sys.modules[modname]
     spec = importlib.util.spec_from_file_location(modname, resolved)
@@ -62,7 +67,7 @@ def _module_from_file(path: Path, kind: str):
 
 def _module(where: str, kind: str):
     if where.endswith(".py") or "/" in where or "\\" in where:
-        return _module_from_file(Path(where), kind)
+        return module_from_file(Path(where), kind)
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as exc:

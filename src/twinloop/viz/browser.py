@@ -31,17 +31,19 @@ def chromium() -> str | None:
 
 class Browser:
     """Headless Chromium showing ``url`` in a ``width`` x ``height`` window, driven over its
-    DevTools protocol (software WebGL: SwiftShader)."""
+    DevTools protocol (software WebGL: SwiftShader), ``nice`` steps below this process's
+    scheduling priority (0: the same)."""
 
-    def __init__(self, url: str, width: int = 800, height: int = 560):
+    def __init__(self, url: str, width: int = 800, height: int = 560, nice: int = 0):
         from websockets.sync.client import connect
 
         exe = chromium()
         if exe is None:
             raise TwinloopError("no chromium on PATH: apt-get install chromium")
         self.profile = tempfile.mkdtemp()
+        lower = ["nice", "-n", str(int(nice))] if nice else []
         self.proc = subprocess.Popen(
-            [exe, "--headless=new", "--no-sandbox", "--use-gl=angle", "--use-angle=swiftshader",
+            [*lower, exe, "--headless=new", "--no-sandbox", "--use-gl=angle", "--use-angle=swiftshader",
              "--enable-unsafe-swiftshader", f"--window-size={width},{height}", "--remote-debugging-port=0",
              f"--user-data-dir={self.profile}", url], stderr=subprocess.PIPE, text=True)
         for line in self.proc.stderr:

@@ -1,36 +1,45 @@
 """The live view: a page in the browser (served by viser) that shows a run as it happens.
 
-Two halves, on two threads:
+Two halves, in two processes:
 
 - :class:`ViewHook`, a tick hook on the control thread, keeps what each tick did (the state,
   the candidates' traced points, which plan was sent and why, the costs, the gap) in a
   :class:`TickSnapshot` and hands it over by replacing one reference: it never waits and
   never queues, so a slow page cannot delay a tick.
-- :class:`LiveView` owns the viser server and a drawing thread that wakes when a tick was
-  published, takes the latest snapshot only (ticks published meanwhile are dropped), and
-  draws it: the scene's bodies at the tick's state, the candidate rollouts as ghost traces
-  (the plan sent in red, the base proposal in green, the other candidates faint blue), the
-  cost and success over time, the gap monitor's score against its threshold, and the tick's
-  verdict. The page's planner controls are applied at the next tick (:mod:`twinloop.viz.tuning`).
+- :class:`LiveView` starts the page's process (:mod:`twinloop.viz.page`: the viser server and
+  the drawing, at a lower scheduling priority) and a thread that sends it the latest snapshot
+  whenever it has drawn the one before (ticks published meanwhile are dropped; each snapshot
+  carries only the history entries the page has not had). The page draws the scene's bodies at
+  the tick's state, the candidate rollouts as ghost traces (the plan sent in red, the base
+  proposal in green, the other candidates faint blue), the cost and success over time, the gap
+  monitor's score against its threshold, and the tick's verdict. The page's planner controls
+  come back over the same connection and are applied at the next tick (:mod:`twinloop.viz.tuning`).
 """
 
 from __future__ import annotations
 
+import pickle
+import secrets
 import socket
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 import numpy as np
 
 from twinloop.control.parts import TickHook
 from twinloop.errors import TwinloopError, number
-from twinloop.viz import panels
-from twinloop.viz.scene import SceneMirror, load_viser, look_from_above
+from twinloop.plugins import USER_MODULE
+from twinloop.viz.scene import load_viser
 from twinloop.viz.tuning import Tuning, planner_settings
 
 #: points kept along each candidate's rollout
-TRACE_POINTS = 21
+TRACE_POINTS = 11
+#: seconds the page process may take to start serving (it imports twinloop, viser and MuJoCo)
+PAGE_START_S = 120.0
 
 
 @dataclass
@@ -74,6 +83,8 @@ class TickSnapshot:
     verdict: str
     history: History
     threshold: float = float("nan")
+    history_from: int = 0  # on the way to the page: the index of ``history``'s first entry
+    tuning: str = ""  # on the way to the page: the last refused planner setting
 
 
 def _verdict(tick) -> str:
@@ -159,85 +170,176 @@ def check_port(host: str, port: int) -> None:
                                 "--set experiment.view_port=PORT (0: any free port)") from exc
 
 
+def start_page() -> tuple[subprocess.Popen, Connection]:
+    """Start ``python -m twinloop.viz.page`` and connect to it: ``(process, connection)``. The two
+    authenticate with a random key handed over on the page process's standard input."""
+    key = secrets.token_bytes(32)
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        srv.settimeout(0.25)
+        proc = subprocess.Popen([sys.executable, "-m", "twinloop.viz.page", str(srv.getsockname()[1])],
+                                stdin=subprocess.PIPE)
+        proc.stdin.write(key.hex().encode() + b"\n")
+        proc.stdin.close()
+        deadline = time.monotonic() + PAGE_START_S
+        while True:
+            try:
+                sock, _ = srv.accept()
+                break
+            except TimeoutError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    raise TwinloopError(f"the live view's page process did not start (exit code {proc.poll()})") from None
+    sock.settimeout(None)
+    conn = Connection(sock.detach())
+    deliver_challenge(conn, key)
+    answer_challenge(conn, key)
+    return proc, conn
+
+
+def _for_page(task) -> tuple[str | bytes, str | None]:
+    """``task`` as the page process takes it: a name, or the pickled task and, for a task class
+    loaded from a file (``file.py:Class``), that file (the page process loads it first)."""
+    if isinstance(task, str):
+        return task, None
+    try:
+        blob = pickle.dumps(task)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise TwinloopError(f"the live view's page process cannot take this task ({exc}): pass a registered "
+                            "task or its name") from exc
+    module = type(task).__module__
+    return blob, getattr(sys.modules[module], "__file__", None) if module.startswith(USER_MODULE) else None
+
+
 class LiveView:
-    """A viser server showing ``task``'s scene and the ticks its hooks publish.
+    """A viser server, in a process of its own, showing ``task``'s scene and the ticks its hooks
+    publish.
 
     Args:
-        task: the task whose scene is drawn (a :class:`~twinloop.tasks.Task`; the view builds
-            its own copy of the task by name so that it never shares MuJoCo data with control).
+        task: the task whose scene is drawn (a :class:`~twinloop.tasks.Task`, pickled into the
+            page process, or a registered task's name).
         host, port: where the page is served (``port=0``: any free port; :attr:`url` says).
-        max_rate: most page updates per second (the drawing thread sleeps between them).
+        max_rate: most page updates per second.
+        nice: how much lower the page process's scheduling priority is than this process's
+            (0: the same); the page's drawing then yields the cores to control when they are busy.
     """
 
-    def __init__(self, task, host: str = "127.0.0.1", port: int = 8080, max_rate: float = 30.0):
-        viser = load_viser()
-        from twinloop.tasks import make_task
-
+    def __init__(self, task, host: str = "127.0.0.1", port: int = 8080, max_rate: float = 30.0, nice: int = 10):
+        load_viser()  # a missing viser is said here, not in the page process
         port = number(port, "view_port", low=0, high=65535, integer=True)
-        self.min_period = 1.0 / number(max_rate, "max_rate (Hz)", low=0, low_open=True)
+        rate = number(max_rate, "max_rate (Hz)", low=0, low_open=True)
         check_port(host, port)
-        self.task = make_task(task.name) if hasattr(task, "name") else make_task(task)
-        self.server = viser.ViserServer(host=host, port=port, label=f"twinloop {self.task.name}", verbose=False)
-        self.host = host
-        self.tuning = Tuning()
-        self.mirror = SceneMirror(self.server.scene, self.task.model)
-        look_from_above(self.server, self.task.model)
-        self.panel = panels.TickPanel(self.server, self.task, self.tuning)
+        self.host, self.tuning = host, Tuning()
+        start = (*_for_page(task), host, port, rate, int(nice))
+        # a fresh interpreter, not a fork (the twin runs threads) nor multiprocessing's spawn (which
+        # re-runs the caller's main script, so a script without a main guard would start twice)
+        self._lock = threading.Lock()  # the connection's sends: the sending thread's and show_settings'
+        self.process, self._conn = start_page()
+        self._send("start", start)
+        self.port = self._wait_ready()
         self._latest: TickSnapshot | None = None
         self._drawn: TickSnapshot | None = None
-        self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._sent: dict[int, TickSnapshot] = {}
+        self._history_sent: tuple[str | None, int] = (None, 0)
+        self._wake, self._free, self._stop = threading.Event(), threading.Event(), threading.Event()
+        self._free.set()
         self.published = self.drawn = 0
         self.draw_times: list[float] = []
         self.error = ""
-        self._thread = threading.Thread(target=self._loop, name="twinloop-view", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=f, name=f"twinloop-view-{f.__name__.strip('_')}", daemon=True)
+                         for f in (self._send_loop, self._receive_loop)]
+        for t in self._threads:
+            t.start()
+
+    def _wait_ready(self) -> int:
+        deadline = time.monotonic() + PAGE_START_S
+        while not self._conn.poll(0.25):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                raise TwinloopError(f"the live view's page process ended before serving (exit code "
+                                    f"{self.process.poll()})")
+        try:
+            kind, payload = self._conn.recv()
+        except EOFError:
+            kind, payload = "failed", f"its process ended (exit code {self.process.poll()})"
+        if kind != "ready":
+            self.process.wait(timeout=5)
+            raise TwinloopError(f"the live view cannot start: {payload}")
+        return int(payload)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.server.get_port()}"
+        return f"http://{self.host}:{self.port}"
 
     def hook(self, label: str) -> ViewHook:
         """A tick hook publishing a controller's ticks here, its episodes named ``label``."""
         return ViewHook(self, label)
 
     def show_settings(self, values: dict) -> None:
-        self.panel.show_settings(values)
+        self._send("settings", values)
 
     def publish(self, snap: TickSnapshot) -> None:
-        """Hand a tick to the drawing thread (replaces any not drawn yet; never waits)."""
+        """Hand a tick to the page (replaces any not sent yet; never waits)."""
         self._latest = snap
         self.published += 1
         self._wake.set()
 
-    def _loop(self) -> None:
+    def _send(self, kind: str, payload, *rest) -> bool:
+        try:
+            with self._lock:
+                self._conn.send((kind, payload, *rest))
+            return True
+        except (OSError, ValueError):  # the page process is gone: control goes on without it
+            return False
+
+    def _send_loop(self) -> None:
+        """Send the latest tick whenever the page has drawn the one before (one tick in flight)."""
+        seq = 0
         while not self._stop.is_set():
-            if not self._wake.wait(0.2):
+            if not (self._wake.wait(0.2) and self._free.wait(0.2)):
                 continue
             self._wake.clear()
             snap = self._latest
-            if snap is None or snap is self._drawn:
+            if snap is None or self._stop.is_set():
                 continue
-            t0 = time.perf_counter()
-            try:
-                self.draw(snap)
-            except Exception as exc:  # noqa: BLE001 - a drawing error must never reach control
-                self.error = f"{type(exc).__name__}: {exc}"
-            self._drawn = snap
-            self.drawn += 1
-            self.draw_times.append(time.perf_counter())
-            rest = self.min_period - (time.perf_counter() - t0)
-            if rest > 0:
-                self._stop.wait(rest)
+            seq += 1
+            self._sent = {seq: snap}
+            self._free.clear()
+            if not self._send("tick", self._wire(snap), seq):
+                return
 
-    def draw(self, snap: TickSnapshot) -> None:
-        """Draw one tick (on the drawing thread)."""
-        with self.server.atomic():
-            self.mirror.update(snap.qpos)
-            self.panel.draw(snap, self.mirror)
+    def _wire(self, snap: TickSnapshot) -> TickSnapshot:
+        """``snap`` carrying only the history entries the page has not had yet."""
+        episode, start = self._history_sent
+        start = start if episode == snap.episode else 0
+        h = snap.history
+        n = min(len(h.t), len(h.cost), len(h.prior_cost), len(h.gap), len(h.qpos))
+        start = min(start, n)
+        self._history_sent = (snap.episode, n)
+        tail = History(*(getattr(h, f.name)[start:n] for f in fields(History)))
+        return replace(snap, history=tail, history_from=start, tuning=self.tuning.message)
+
+    def _receive_loop(self) -> None:
+        while True:
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                self._free.set()
+                return
+            if kind == "drawn":
+                self._drawn = self._sent.get(payload, self._drawn)
+                self.drawn += 1
+                self.draw_times.append(time.perf_counter())
+                self._free.set()
+            elif kind == "tune":
+                try:
+                    self.tuning.request(*payload)
+                except TwinloopError as exc:
+                    self.tuning.message = str(exc)
+            elif kind == "error":
+                self.error = payload
 
     def update_rate(self) -> float:
-        """Page updates per second over the drawing thread's updates so far (``nan``: < 2)."""
+        """Page updates per second over the page's updates so far (``nan``: < 2)."""
         t = self.draw_times
         return (len(t) - 1) / (t[-1] - t[0]) if len(t) >= 2 and t[-1] > t[0] else float("nan")
 
@@ -245,14 +347,22 @@ class LiveView:
         """Stop drawing and serving (the page shows that it lost the server)."""
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=5)
-        self.server.stop()
+        self._send("stop", None)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+        self._conn.close()
+        for t in self._threads:
+            t.join(timeout=5)
 
 
-def open_view(task, host: str, port: int, max_rate: float = 30.0) -> LiveView:
+def open_view(task, host: str, port: int, max_rate: float = 30.0, nice: int = 10) -> LiveView:
     """A :class:`LiveView` of ``task`` on ``host:port`` (at most ``max_rate`` page updates a
-    second); a :class:`TwinloopError` names a port in use or a missing viser."""
+    second, its process ``nice`` steps below this one's priority); a :class:`TwinloopError` names
+    a port in use or a missing viser."""
     try:
-        return LiveView(task, host, port, max_rate)
+        return LiveView(task, host, port, max_rate, nice)
     except OSError as exc:
         raise TwinloopError(f"the live view cannot start on {host}:{port}: {exc}") from exc

@@ -61,6 +61,7 @@ class TickPanel:
             title="gap monitor score (score units) over t (s)", aspect=2.0, visible=False, **kw)
         self._controls(gui)
         self._episode, self._success = None, []
+        self._ghosts: dict = {}  # trace group -> its line segments in the scene
 
     def _controls(self, gui) -> None:
         with gui.add_folder("planner (refined controller)"):
@@ -97,7 +98,15 @@ class TickPanel:
         finally:
             self._quiet = False
 
-    def draw(self, snap, mirror) -> None:
+    def draw(self, snap, mirror, text: bool = True) -> None:
+        """Draw ``snap``'s traces, and with ``text`` its plots and status line too (the page
+        redraws those at a lower rate than the scene)."""
+        self._traces(snap, mirror)
+        if text:
+            self.draw_text(snap)
+
+    def draw_text(self, snap) -> None:
+        """The plots over time and the status line at ``snap``."""
         h = snap.history
         n = min(len(h.t), len(h.cost), len(h.prior_cost), len(h.gap), len(h.qpos))
         if snap.episode != self._episode:
@@ -114,10 +123,8 @@ class TickPanel:
         self.status.content = (f"**{snap.episode}** · tick {snap.tick} ({snap.tick * self.task.control_period:.2f} s)"
                                f" · cost {cost}{gap}  \n**sent:** {snap.verdict}"
                                + (f"  \n**tuning:** {self.tuning.message}" if self.tuning.message else ""))
-        self._traces(snap, mirror)
 
     def _traces(self, snap, mirror) -> None:
-        scene = self.server.scene
         groups = {"candidates": None, "base": None, "chosen": None}
         if snap.roll_qpos is not None:
             pts = np.asarray(self.task.trace_points(snap.roll_qpos, snap.roll_sensors))  # (K, L, n, d)
@@ -134,8 +141,21 @@ class TickPanel:
                 if snap.chosen is not None:
                     groups["chosen"] = segments(paths[snap.chosen], None if z is None else z + 2e-4)
         for name, colour, px in (("candidates", CANDIDATE, 1.5), ("base", BASE, 3.0), ("chosen", CHOSEN, 4.0)):
-            seg = groups[name]
-            if seg is None or not len(seg):
-                scene.add_line_segments(f"/ghosts/{name}", np.zeros((0, 2, 3)), colour, visible=False)
-            else:
-                scene.add_line_segments(f"/ghosts/{name}", seg, colour, thickness=px, thickness_units="screen")
+            self._show(name, groups[name], colour, px)
+
+    def _show(self, name: str, seg: np.ndarray | None, colour, px: float) -> None:
+        """Show ``(S, 2, 3)`` segments in the trace group ``name``: a group of the same size moves
+        its points only (one small message; its colours and width are not sent again)."""
+        handle = self._ghosts.get(name)
+        if seg is None or not len(seg):
+            if handle is not None and handle.visible:
+                handle.visible = False
+            return
+        seg = np.ascontiguousarray(seg, dtype=np.float32)
+        if handle is None or handle.points.shape != seg.shape:
+            self._ghosts[name] = self.server.scene.add_line_segments(f"/ghosts/{name}", seg, colour, thickness=px,
+                                                                     thickness_units="screen")
+            return
+        handle.points = seg
+        if not handle.visible:
+            handle.visible = True

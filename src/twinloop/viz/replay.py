@@ -22,7 +22,7 @@ from twinloop.errors import TwinloopError
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 from twinloop.viz.live import check_port
-from twinloop.viz.scene import SceneMirror, load_viser, look_from_above
+from twinloop.viz.scene import SceneMirror, light_plainly, load_viser, look_from_above
 
 #: opacity of the twin's replay over the world's states
 TWIN_OPACITY = 0.4
@@ -89,6 +89,7 @@ class ReplayView:
         self.server = viser.ViserServer(host=host, port=port, label=f"twinloop replay: {task.name}", verbose=False)
         self.world = SceneMirror(self.server.scene, task.model, "/world")
         self.twin = SceneMirror(self.server.scene, task.model, "/twin", opacity=TWIN_OPACITY)
+        light_plainly(self.server)
         look_from_above(self.server, task.model)
         self._twin_engine = make_twin("mujoco", task.model, task.param_space())
         gui = self.server.gui

@@ -103,6 +103,20 @@ class SceneMirror:
             frame.wxyz = self.data.xquat[body]
 
 
+def light_plainly(server) -> None:
+    """Light the page with a hemisphere light and unshadowed default lights instead of viser's
+    default environment map.
+
+    With the environment map an open page keeps redrawing while nothing moves: a browser on
+    software WebGL then spends about half a core on an idle page. Shadows would double the work
+    of every frame the page does draw.
+    """
+    scene = server.scene
+    scene.configure_environment_map(None)
+    scene.configure_default_lights(True, cast_shadow=False)
+    scene.add_light_hemisphere("/lights/sky", sky_color=(255, 255, 255), ground_color=(120, 120, 130), intensity=1.5)
+
+
 def look_from_above(server, model: mujoco.MjModel, offset=(0.0, 0.0, 0.0)) -> None:
     """Point the page's initial camera down at the model's centre from above and a little to the
     side (+z up)."""
