@@ -12,6 +12,7 @@ from twinloop.calib.acceptance import AcceptanceConfig, horizon_errors
 from twinloop.calib.structure import (
     CONTACT_MODELS,
     TwinCandidate,
+    choose_structure,
     choose_twin,
     contact_model,
     fit_candidates,
@@ -133,3 +134,51 @@ def test_fit_candidates_builds_the_nominal_and_each_structural_variant(task, sli
     assert [c.name for c in cands] == ["nominal", "contact:elliptic", "variant:kinematic"]
     assert cands[1].twin.model.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC and cands[2].task is kin
     assert all(c.twin.dt == pytest.approx(0.01) for c in cands)
+
+
+def _fitted(task, estimate):
+    """A posterior of ``task``'s space whose estimate is ``estimate`` (the rest: placeholders)."""
+    from twinloop.calib.posterior import Posterior
+
+    space = task.param_space()
+    n = len(space)
+    return Posterior(names=space.names, estimate=np.asarray(estimate, float), covariance=np.diag(space.prior_std**2),
+                     interval=np.stack([space.low, space.high], 1), data_std=np.full(n, 0.1), correlation=np.eye(n),
+                     identifiable=np.full(n, True), reasons=[""] * n, confounded=[], singular_values=np.ones(n),
+                     particles=np.asarray(estimate, float)[None], low=space.low, high=space.high, method="cma",
+                     train_error=(1.0, 1.0), holdout_error=(1.0, 1.0), n_evals=2, sim_steps=1, n_windows=1,
+                     n_transitions=1, seconds=0.0, timestep=task.model.opt.timestep)
+
+
+def test_a_posteriors_structure_choice_is_what_run_plans_with(tmp_path, task, slippery):
+    import json
+
+    from twinloop.run.compare import RunConfig, build
+
+    truth, episodes = slippery
+    post = _fitted(task, truth)
+    choice, post.structure = choose_structure(task, episodes, post, ("elliptic",), CHECK)
+    assert choice.chosen.note["params"] == "fit" and post.structure["params"] == "fit"
+    assert {r[0] for r in choice.ranking} == {"nominal", "calibrated", "contact:elliptic", "contact:elliptic+fit"}
+    # a structure choice survives the file, and run builds its twin in the chosen contact model
+    post.structure = {**post.structure, "contact_model": "elliptic", "params": "nominal"}
+    (tmp_path / "p.json").write_text(json.dumps(post.to_dict(), allow_nan=False))
+    refiner = build(RunConfig(task="block-push", posterior=str(tmp_path / "p.json")), check_twin=False)[3]
+    assert refiner.twin.model.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC and refiner.params is None
+    post.structure = {**post.structure, "contact_model": None, "params": "fit"}
+    (tmp_path / "p.json").write_text(json.dumps(post.to_dict(), allow_nan=False))
+    refiner = build(RunConfig(task="block-push", posterior=str(tmp_path / "p.json")), check_twin=False)[3]
+    assert refiner.twin.model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL
+    np.testing.assert_allclose(refiner.params[0], truth)
+
+
+def test_calibrate_refuses_structures_it_cannot_choose():
+    from twinloop.calib.fit import CalibConfig
+    from twinloop.run.calibrate import CalibrateConfig
+
+    with pytest.raises(TwinloopError, match="structures"):
+        CalibrateConfig(structures=("rubber",))
+    with pytest.raises(TwinloopError, match="holdout > 0"):
+        CalibrateConfig(structures=("elliptic",), calib=CalibConfig(holdout_fraction=0.0))
+    with pytest.raises(TwinloopError, match="drop params"):
+        CalibrateConfig(structures=("elliptic",), params=("block_mass",))

@@ -143,7 +143,7 @@ class TwinChoice:
 
     def to_dict(self) -> dict:
         return {"chosen": self.chosen.name, "kind": self.chosen.kind, "note": self.chosen.note,
-                "nominal_error": self.nominal_error, "windows": self.windows, "horizon_ticks": self.horizon_ticks,
+                "nominal_error": self.nominal_error if np.isfinite(self.nominal_error) else None, "windows": self.windows, "horizon_ticks": self.horizon_ticks,
                 "reason": self.reason,
                 "ranking": [{"name": n, "kind": k, "error": e if np.isfinite(e) else None, "beats_nominal": b}
                             for n, k, e, b in self.ranking]}
@@ -236,5 +236,30 @@ def fit_candidates(task: Task, episodes: Sequence, *, contact_models: Sequence[s
     return out
 
 
-__all__ = ["CONES", "CONTACT_MODELS", "TwinCandidate", "TwinChoice", "choose_twin", "contact_model",
-           "fit_candidates", "named_contact_model"]
+def choose_structure(task: Task, held: Sequence, post, contact_models: Sequence[str],
+                     config: AcceptanceConfig | None = None) -> tuple[TwinChoice, dict]:
+    """After a calibration ``post`` of ``task.param_space()``: rank the nominal twin, the fit,
+    and each contact model of ``contact_models`` with the nominal values and with the fit, on
+    ``held`` (episodes held out from the fit), and return the choice and what a posterior
+    records of it (``{"contact_model": name or None, "params": "fit" | "nominal",
+    "choice": ...}``: what ``twinloop run --posterior`` plans with)."""
+    space = task.param_space()
+    if list(space.names) != list(post.names):
+        raise TwinloopError(f"choose_structure ranks fits of the task's own parameters {space.names}, "
+                            f"not {list(post.names)}")
+    fit_delay = post.delay_steps * (post.timestep or task.model.opt.timestep) / task.model.opt.timestep
+    cands = []
+    for name in ("as-authored", *contact_models):
+        twin = _twin(named_contact_model(task.model, name), space, None)
+        tag = "" if name == "as-authored" else f"contact:{name}"
+        cands.append(TwinCandidate(tag or "nominal", "structure" if tag else "nominal", task, twin,
+                                   note={"contact_model": None if not tag else name, "params": "nominal"}))
+        cands.append(TwinCandidate(f"{tag}+fit" if tag else "calibrated", "calibration", task, twin,
+                                   post.estimate.copy(), fit_delay,
+                                   note={"contact_model": None if not tag else name, "params": "fit"}))
+    choice = choose_twin(task, held, cands, config)
+    return choice, {**choice.chosen.note, "choice": choice.to_dict()}
+
+
+__all__ = ["CONES", "CONTACT_MODELS", "TwinCandidate", "TwinChoice", "choose_structure", "choose_twin",
+           "contact_model", "fit_candidates", "named_contact_model"]
