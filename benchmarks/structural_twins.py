@@ -13,8 +13,10 @@ Rule, fixed before the runs (it selects nothing on the measured seeds):
    held out for the control check.
 2. Candidates (:func:`twinloop.calib.structure.fit_candidates`): the nominal twin; contact
    models ``elliptic`` and ``hard`` (stiff contacts); the task's kinematic-stage
-   variant (``pusher="kinematic"``); a least-squares calibration of the task's parameters
-   fitted to the fit episodes (the fit itself, not kept back when worse: the check judges);
+   variant (``pusher="kinematic"``); least-squares calibrations fitted to the fit episodes
+   (the fit itself, not kept back when worse: the check judges) of the task's parameters
+   (``calibrated``) and of those with the pusher stage's force limit, kp and kv
+   (``calibrated+stage``);
    a learned residual over the nominal twin trained on the fit episodes (``--no-residual``
    to skip).
 3. The automatic choice (:func:`~twinloop.calib.structure.choose_twin`): the candidate whose
@@ -42,6 +44,7 @@ from twinloop.calib.fit import CalibConfig
 from twinloop.calib.structure import choose_twin, fit_candidates
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.params import Param, ParamSpace
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
 from twinloop.run.compare import RunConfig, episode_seeds
@@ -51,6 +54,19 @@ from twinloop.tasks import make_task
 from twinloop.worlds import make_world
 
 K, HORIZON, STEP = 32, 0.5, 0.01
+
+
+def stage_space(task) -> ParamSpace:
+    """The task's space plus the pusher stage's force limit, kp and kv (both axes share each)."""
+    m = task.model
+    kp, kv = float(m.actuator_gainprm[0, 0]), float(-m.actuator_biasprm[0, 2])
+    limit = float(m.actuator_forcerange[0, 1])
+    axes = ("pusher_x", "pusher_y")
+    return task.param_space() + ParamSpace((
+        Param("stage_forcelimit", tuple(f"actuator:{a}/forcelimit" for a in axes), 0.5, 10 * limit, limit, limit),
+        Param("stage_kp", tuple(f"actuator:{a}/kp" for a in axes), kp / 10, kp * 20, kp, kp * 2),
+        Param("stage_kv", tuple(f"actuator:{a}/kv" for a in axes), kv / 10, kv * 10, kv, kv),
+    ))
 
 
 def refiner_of(c) -> Refiner:
@@ -92,7 +108,8 @@ def run_setting(world_name: str, task_name: str, args) -> dict:
 
         residual = EnsembleConfig(epochs=args.residual_epochs)
     cands = fit_candidates(task, fit_eps, contact_models=("elliptic", "hard"), variants=variants,
-                           calibration=CalibConfig(keep_if_worse=False, acceptance=None), residual=residual,
+                           calibration=CalibConfig(keep_if_worse=False, acceptance=None),
+                           spaces={"calibrated+stage": stage_space(task)}, residual=residual,
                            timestep=STEP)
     choice = choose_twin(task, check_eps, cands, AcceptanceConfig(horizon=HORIZON))
     fitted_s = time.perf_counter() - t0

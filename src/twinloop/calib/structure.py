@@ -190,8 +190,8 @@ def _twin(model: mujoco.MjModel, space, timestep: float | None):
 
 
 def fit_candidates(task: Task, episodes: Sequence, *, contact_models: Sequence[str] = ("elliptic", "hard"),
-                   variants: dict[str, Task] | None = None, calibration=None, residual=None,
-                   timestep: float | None = None) -> list[TwinCandidate]:
+                   variants: dict[str, Task] | None = None, calibration=None, spaces: dict | None = None,
+                   residual=None, timestep: float | None = None) -> list[TwinCandidate]:
     """The candidates :func:`choose_twin` ranks, built or fitted from world ``episodes`` (the
     fit set: keep the check's episodes out of it).
 
@@ -202,6 +202,8 @@ def fit_candidates(task: Task, episodes: Sequence, *, contact_models: Sequence[s
             ``make_task("push-t", pusher="kinematic")``), same cost and state map.
         calibration: a :class:`~twinloop.calib.fit.CalibConfig`: fit the task's parameters
             to ``episodes`` (candidate ``calibrated``); ``None``: no calibration candidate.
+        spaces: ``{name: ParamSpace}`` of ``task.model``: more calibration candidates, each
+            space fitted with ``calibration`` (e.g. with the pusher stage's gains).
         residual: an :class:`~twinloop.twin.learned.EnsembleConfig`: learn a residual over the
             nominal twin from ``episodes`` (candidate ``residual``, the ``[learn]`` extra);
             ``None``: none.
@@ -219,12 +221,14 @@ def fit_candidates(task: Task, episodes: Sequence, *, contact_models: Sequence[s
     if calibration is not None:
         from twinloop.calib.fit import calibrate
 
-        post = calibrate(task, episodes, space, config=calibration)
-        twin = out[0].twin
-        delay = post.delay_steps * (post.timestep or task.model.opt.timestep) / twin.dt
-        out.append(TwinCandidate("calibrated", "calibration", task, twin, post.estimate.copy(), delay,
-                                 note={"estimate": dict(zip(space.names, post.estimate.tolist(), strict=True)),
-                                       "identifiable": post.identifiable.tolist(), "delay_steps": post.delay_steps}))
+        for name, sp in {"calibrated": space, **(spaces or {})}.items():
+            post = calibrate(task, episodes, sp, config=calibration)
+            twin = out[0].twin if sp is space else _twin(task.model, sp, timestep)
+            delay = post.delay_steps * (post.timestep or task.model.opt.timestep) / twin.dt
+            out.append(TwinCandidate(name, "calibration", task, twin, post.estimate.copy(), delay,
+                                     note={"estimate": dict(zip(sp.names, post.estimate.tolist(), strict=True)),
+                                           "identifiable": post.identifiable.tolist(),
+                                           "delay_steps": post.delay_steps}))
     if residual is not None:
         from twinloop.calib.windows import as_trajectories
         from twinloop.twin.learned import HybridTwin
