@@ -12,7 +12,7 @@ Rule, fixed before the runs (it selects nothing on the measured seeds):
    nominal-twin refined controller, ``--fit`` of each kind to fit, ``--check`` of each kind
    held out for the control check.
 2. Candidates (:func:`twinloop.calib.structure.fit_candidates`): the nominal twin; contact
-   models ``elliptic`` and ``hard`` (stiff contacts); the task's kinematic-stage
+   model ``elliptic`` (the friction cone); the task's kinematic-stage
    variant (``pusher="kinematic"``); least-squares calibrations fitted to the fit episodes
    (the fit itself, not kept back when worse: the check judges) of the task's parameters
    (``calibrated``) and of those with the pusher stage's force limit, kp and kv
@@ -107,7 +107,7 @@ def run_setting(world_name: str, task_name: str, args) -> dict:
         from twinloop.twin.learned import EnsembleConfig
 
         residual = EnsembleConfig(epochs=args.residual_epochs)
-    cands = fit_candidates(task, fit_eps, contact_models=("elliptic", "hard"), variants=variants,
+    cands = fit_candidates(task, fit_eps, contact_models=("elliptic",), variants=variants,
                            calibration=CalibConfig(keep_if_worse=False, acceptance=None),
                            spaces={"calibrated+stage": stage_space(task)}, residual=residual,
                            timestep=STEP)
