@@ -8,12 +8,13 @@ from the block (the stage's dynamics), (2) the pusher driven 8 cm through the bl
 ``refine``: refined success (open-loop base, MPPI) in a world under one change at a time:
 the nominal world (the twin's own scene: no structural gap), no observation noise, the twin's
 step (5 ms, the scene's, instead of 10 ms), the planner's budget (K=64 and a 1 s horizon; two
-iterations), a contact model, the kinematic stage. Episode seeds 0..N-1 (development seeds;
-the measured rows of ``structural_twins.py`` use others).
+iterations), a contact model, the kinematic stage; ``+`` combines changes. Episode seeds
+0..N-1 (development seeds; the measured rows of ``structural_twins.py`` use others).
 
     python benchmarks/structural_diagnosis.py probe --task push-t --world pymunk
     python benchmarks/structural_diagnosis.py refine --task push-t --world pymunk --episodes 6 \\
-        --changes none nominal-world noise-0 step-5ms budget iterations-2 elliptic kinematic
+        --changes none nominal-world nominal-world+step-5ms nominal-world+iterations-2 noise-0 \\
+        step-5ms budget iterations-2 elliptic kinematic elliptic+kinematic
 """
 
 from __future__ import annotations
@@ -78,12 +79,14 @@ def probe(args) -> None:
 def refine(args) -> None:
     base = make_task(args.task)
     for change in args.changes:
-        world = make_world(base, "nominal" if change == "nominal-world" else args.world,
-                           **({"noise": 0} if change == "noise-0" else {}))
-        name = change if change in ("elliptic", "hard", "kinematic") else "nominal"
-        task, twin = _twin(args.task, name, None if change == "step-5ms" else 0.01)
-        cfg = RefinerConfig(num_samples=64 if change == "budget" else 32, horizon=1.0 if change == "budget" else 0.5,
-                            iterations=2 if change == "iterations-2" else 1)
+        parts = set(change.split("+"))  # changes combine: nominal-world+step-5ms
+        world = make_world(base, "nominal" if "nominal-world" in parts else args.world,
+                           **({"noise": 0} if "noise-0" in parts else {}))
+        name = next((p for p in ("elliptic", "hard", "kinematic") if p in parts), "nominal")
+        task, twin = _twin(args.task, name, None if "step-5ms" in parts else 0.01)
+        big = "budget" in parts
+        cfg = RefinerConfig(num_samples=64 if big else 32, horizon=1.0 if big else 0.5,
+                            iterations=2 if "iterations-2" in parts else 1)
         ctl = Controller(Refiner(task, twin, make_optimizer("mppi"), cfg), make_proposer(base, "open-loop"))
         res = [run_episode(world, ctl, s, record=False) for s in range(args.episodes)]
         errs = " ".join(f"{1000 * r.final_error:.1f}" for r in res)
