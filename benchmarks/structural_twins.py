@@ -129,6 +129,30 @@ def run_setting(world_name: str, task_name: str, args) -> dict:
             "seeds": [int(s) for s in seeds]}
 
 
+def to_table(files: list[str], table: str) -> None:
+    """Rows of ``results/tables/NAME.json`` (``{"task, twin | world": row}``) from result files
+    of this script, merged into ``table`` (rows of other settings kept)."""
+    path = Path(table)
+    data = json.loads(path.read_text()) if path.is_file() else {"rows": {}}
+    data["note"] = ("Base: open-loop (brittle). One row per twin the refiner plans in; 'automatic' is the "
+                    "candidate choose_twin picked on held-out world episodes (named in the row). "
+                    "Raw results: results/structural-twins/.")
+    for f in files:
+        d = json.loads(Path(f).read_text())
+        for st in d["settings"]:
+            auto = st["automatic"]["candidate"]
+            for name, r in st["rows"].items():
+                if name == "base":
+                    continue
+                label = f"{st['task']}, twin {name}" + (" (automatic)" if name == auto else "")
+                data["rows"][f"{label} | {st['world']}"] = {
+                    "command": d["command"], "episodes": r["episodes"],
+                    "base_successes": st["rows"]["base"]["successes"], "refined_successes": r["successes"],
+                    "check_error": next((x["error"] for x in st["choice"]["ranking"] if x["name"] == name), None),
+                    "final_error_median": r["final_error_median"]}
+    path.write_text(json.dumps(data, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worlds", nargs="+", default=["pymunk", "bullet"])
@@ -141,10 +165,19 @@ def main() -> None:
     p.add_argument("--residual", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--residual-epochs", type=int, default=60)
     p.add_argument("--out", default="", help="write the results here (JSON), after every setting")
+    p.add_argument("--table", default="", help="instead of running: merge the result files --merge into this table")
+    p.add_argument("--merge", nargs="*", default=[])
     args = p.parse_args()
-    out = {"command": "python benchmarks/structural_twins.py " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
-        if k != "out"), "args": vars(args), "refiner": {"optimizer": "mppi", "num_samples": K, "horizon": HORIZON,
+    if args.table:
+        return to_table(args.merge, args.table)
+    flags = []
+    for k, v in vars(args).items():
+        name = k.replace("_", "-")
+        if k in ("out", "table", "merge"):
+            continue
+        flags.append(f"--{name}" if v is True else f"--no-{name}" if v is False else
+                     f"--{name} {' '.join(map(str, v)) if isinstance(v, list) else v}")
+    out = {"command": "python benchmarks/structural_twins.py " + " ".join(flags), "args": vars(args), "refiner": {"optimizer": "mppi", "num_samples": K, "horizon": HORIZON,
                                                         "twin_timestep": STEP, "base": "open-loop"}, "settings": []}
     for w in args.worlds:
         for t in args.tasks:
