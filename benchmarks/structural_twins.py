@@ -24,7 +24,7 @@ Rule, fixed before the runs (it selects nothing on the measured seeds):
    if it beats the nominal twin; else the nominal twin.
 4. Refined success of every candidate and of the base alone on the same ``--episodes`` seeds
    of ``run_comparison`` (``--seed``), never used above, with Wilson intervals. The automatic
-   choice's success is its candidate's row.
+   choice's success is its candidate's row (run first; the file is written after every row).
 
     python benchmarks/structural_twins.py --worlds pymunk bullet --tasks push-t block-push \\
         --episodes 20 --seed 7 --out results/structural-twins.json
@@ -94,7 +94,7 @@ def success(world, ctl, seeds) -> dict:
             "success_by_seed": [bool(r.success) for r in res]}
 
 
-def run_setting(world_name: str, task_name: str, args) -> dict:
+def run_setting(world_name: str, task_name: str, args, save=lambda partial: None) -> dict:
     task = make_task(task_name)
     world = make_world(task, world_name)
     variants = {"kinematic": make_task(task_name, pusher="kinematic")}
@@ -117,16 +117,19 @@ def run_setting(world_name: str, task_name: str, args) -> dict:
     seeds = episode_seeds(RunConfig(task=task_name, episodes=args.episodes, seed=args.seed))
     rows = {"base": success(world, Controller(refiner_of(nominal), make_proposer(task, "open-loop"), refine=False),
                             seeds)}
-    for c in cands:
+    out = {"world": world_name, "task": task_name, "choice": choice.to_dict(), "rows": rows,
+           "fit_episodes": len(fit_eps), "check_episodes": len(check_eps), "fit_seconds": fitted_s,
+           "seeds": [int(s) for s in seeds]}
+    # the chosen twin's row first, then the others (each saved as it ends)
+    for c in sorted(cands, key=lambda c: c is not choice.chosen):
         rows[c.name] = success(world, Controller(refiner_of(c), make_proposer(task, "open-loop")), seeds)
         r = rows[c.name]
         print(f"  {c.name}: {r['successes']}/{r['episodes']} [{r['ci'][0]:.0%}, {r['ci'][1]:.0%}]", flush=True)
+        out["automatic"] = {"candidate": choice.chosen.name, **rows[choice.chosen.name]}
+        save(out)
     if hasattr(world, "close"):
         world.close()
-    return {"world": world_name, "task": task_name, "choice": choice.to_dict(), "rows": rows,
-            "automatic": {"candidate": choice.chosen.name, **rows[choice.chosen.name]},
-            "fit_episodes": len(fit_eps), "check_episodes": len(check_eps), "fit_seconds": fitted_s,
-            "seeds": [int(s) for s in seeds]}
+    return out
 
 
 def to_table(files: list[str], table: str) -> None:
@@ -179,9 +182,13 @@ def main() -> None:
                      f"--{name} {' '.join(map(str, v)) if isinstance(v, list) else v}")
     out = {"command": "python benchmarks/structural_twins.py " + " ".join(flags), "args": vars(args), "refiner": {"optimizer": "mppi", "num_samples": K, "horizon": HORIZON,
                                                         "twin_timestep": STEP, "base": "open-loop"}, "settings": []}
+    def save(partial):
+        if args.out:
+            Path(args.out).write_text(json.dumps({**out, "settings": [*out["settings"], partial]}, indent=1))
+
     for w in args.worlds:
         for t in args.tasks:
-            out["settings"].append(run_setting(w, t, args))
+            out["settings"].append(run_setting(w, t, args, save))
             if args.out:
                 Path(args.out).write_text(json.dumps(out, indent=1))
 
