@@ -142,6 +142,37 @@ def predict_windows(task: Task, twin, windows, params: np.ndarray | None, delay:
     return _traj(m, states, sensors, acts), r.ok
 
 
+def horizon_errors(task: Task, episodes: Sequence, candidates: Sequence[tuple], config: AcceptanceConfig | None = None
+                   ) -> tuple[np.ndarray | None, int, int]:
+    """``E(x)`` of the module docstring for each candidate ``(twin, x, delay)`` (``x``: ``(n,)``
+    of that twin's ``param_space`` or ``None`` for its own model; ``delay`` in its physics
+    steps) on the same held-out windows with the same near-goal weights, so twins of different
+    structure compare on one scale. Returns ``(errors (C,), windows, horizon ticks)``;
+    ``errors`` is ``None`` when there are fewer than ``config.min_windows`` windows."""
+    cfg = config or AcceptanceConfig()
+    trajs: list[Trajectory] = as_trajectories(task, episodes) if len(episodes) else []
+    L = max(1, int(round(cfg.horizon / task.control_period)))
+    groups = [w for w in make_windows(trajs, L, cfg.stride) if w.length == L] if trajs else []
+    n = sum(len(w) for w in groups)
+    if n < cfg.min_windows:
+        return None, n, L
+    errs: list[list[np.ndarray]] = [[] for _ in candidates]
+    start_err = []
+    for w in groups:
+        rec_states = np.concatenate([w.starts[:, None], w.targets], axis=1)
+        recorded = _traj(task.model, rec_states, _sensordata(task.model, rec_states), w.actions)
+        e0 = np.asarray(task.error(rec_states[:, 0, : task.model.nq]), float)
+        start_err.append(e0.reshape(len(w), -1).mean(axis=1))
+        for c, (twin, x, delay) in enumerate(candidates):
+            pred, ok = predict_windows(task, twin, w, None if x is None else np.asarray(x, float)[None], delay)
+            e = term_errors(task, pred, recorded)[0]
+            errs[c].append(np.where(ok[0] & np.isfinite(e), e, np.inf))  # an unstable replay never wins
+    e0 = np.concatenate(start_err)
+    s = max(float(np.quantile(e0, cfg.goal_quantile)), 1e-12)
+    weight = s / (s + np.maximum(e0, 0))
+    return np.array([float(np.sum(weight * np.concatenate(e)) / weight.sum()) for e in errs]), n, L
+
+
 def control_check(task: Task, episodes: Sequence, twin, fit: np.ndarray, nominal: np.ndarray,
                   fit_delay: float = 0.0, nominal_delay: float = 0.0,
                   config: AcceptanceConfig | None = None) -> Acceptance:
@@ -149,29 +180,12 @@ def control_check(task: Task, episodes: Sequence, twin, fit: np.ndarray, nominal
     ``episodes``: the prediction error of the task's cost terms over the planning horizon,
     weighted near the goal (module docstring). Delays are in the twin's physics steps."""
     cfg = config or AcceptanceConfig()
-    trajs: list[Trajectory] = as_trajectories(task, episodes) if len(episodes) else []
-    L = max(1, int(round(cfg.horizon / task.control_period)))
-    groups = [w for w in make_windows(trajs, L, cfg.stride) if w.length == L] if trajs else []
-    n = sum(len(w) for w in groups)
-    if n < cfg.min_windows:
+    errors, n, L = horizon_errors(task, episodes, [(twin, fit, fit_delay), (twin, nominal, nominal_delay)], cfg)
+    if errors is None:
         return Acceptance(None, float("nan"), float("nan"), n, L,
                           f"not checked: {n} held-out windows of {L} ticks (at least {cfg.min_windows} needed); "
                           "hold out episodes (holdout) to check the fit against the nominal twin")
-    errs = {"fit": [], "nominal": []}
-    start_err = []
-    for w in groups:
-        rec_states = np.concatenate([w.starts[:, None], w.targets], axis=1)
-        recorded = _traj(task.model, rec_states, _sensordata(task.model, rec_states), w.actions)
-        e0 = np.asarray(task.error(rec_states[:, 0, : task.model.nq]), float)
-        start_err.append(e0.reshape(len(w), -1).mean(axis=1))
-        for key, x, delay in (("fit", fit, fit_delay), ("nominal", nominal, nominal_delay)):
-            pred, ok = predict_windows(task, twin, w, np.asarray(x, float)[None], delay)
-            e = term_errors(task, pred, recorded)[0]
-            errs[key].append(np.where(ok[0] & np.isfinite(e), e, np.inf))  # an unstable replay never wins
-    e0 = np.concatenate(start_err)
-    s = max(float(np.quantile(e0, cfg.goal_quantile)), 1e-12)
-    weight = s / (s + np.maximum(e0, 0))
-    fit_e, nom_e = (float(np.sum(weight * np.concatenate(errs[k])) / weight.sum()) for k in ("fit", "nominal"))
+    fit_e, nom_e = float(errors[0]), float(errors[1])
     accepted = bool(fit_e < (1 - cfg.margin) * nom_e)
     verdict = "accepted" if accepted else "REJECTED"
     reason = (f"{verdict}: over {L}-tick horizons on {n} held-out windows (weighted near the goal) the fit predicts "
@@ -199,6 +213,6 @@ def planning_delay(post, scene_timestep: float) -> float:
     return post.delay_steps * (getattr(post, "timestep", 0.0) or scene_timestep)
 
 
-__all__ = ["Acceptance", "AcceptanceConfig", "control_check", "planning_delay", "planning_verdict", "predict_windows",
+__all__ = ["Acceptance", "AcceptanceConfig", "control_check", "horizon_errors", "planning_delay", "planning_verdict", "predict_windows",
            "term_errors"]
 

@@ -261,9 +261,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     twin = _twin_for(task, space, twin)
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
     window_problem = partial(_window_problem, task, twin, cfg, error, space, _start_noise(task, train, x0, twin, cfg))
-    problem, x, n_fit, eiv = _fit(window_problem(train, cfg.delay_steps or 0), cfg, x0, progress)
-    if cfg.delay_steps is None and cfg.delay_profile:
-        problem, x, n_fit, eiv = _profile_delay(window_problem, train, held, cfg, x0, (problem, x, n_fit, eiv))
+    problem, x, n_fit, eiv = _fit_and_delay(window_problem, train, held, cfg, x0, progress)
     bias, bias_cov, n_boot = _bootstrap(task, problem, train, x, x0, twin, cfg, policy, window_problem)
     corrected = np.clip(x - bias, space.low, space.high)
     # the posterior's local fit is simulated outside the fitting budget
@@ -285,6 +283,15 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         errors_in_variables=bool(eiv), bias=bias if cfg.bootstrap else np.zeros(0), bootstrap_evals=n_boot,
         acceptance=acceptance, timestep=float(twin.dt), **post,
     )
+
+
+def _fit_and_delay(window_problem, train, held, cfg: CalibConfig, x0, progress):
+    """The fit at the given (or jointly estimated) delay; with ``cfg.delay_profile`` the
+    delays around it fitted too, keeping the one that predicts ``held`` best."""
+    fit = _fit(window_problem(train, cfg.delay_steps or 0), cfg, x0, progress)
+    if cfg.delay_steps is None and cfg.delay_profile:
+        fit = _profile_delay(window_problem, train, held, cfg, x0, fit)
+    return fit
 
 
 def _train_and_holdout(task: Task, episodes: Sequence, holdout: Sequence | None, cfg: CalibConfig):

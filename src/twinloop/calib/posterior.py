@@ -87,6 +87,10 @@ class Posterior:
             terms over the planning horizon on held-out windows better than the starting
             point?); ``None``: not run (:func:`~twinloop.calib.acceptance.planning_verdict`).
         timestep: the fit's twin step (s; ``delay_steps`` of it are the delay; 0: the scene's).
+        structure: the twin chosen for planning among contact models, the fit and the nominal
+            values (:func:`~twinloop.calib.structure.choose_structure`): ``contact_model`` (a
+            name of ``CONTACT_MODELS`` or ``None``: the scene's), ``params`` (``fit`` |
+            ``nominal``) and the ``choice``; ``None``: not chosen (the fit, in the scene's model).
     """
 
     names: list[str]
@@ -123,6 +127,7 @@ class Posterior:
     bootstrap_evals: int = 0
     acceptance: Acceptance | None = None
     timestep: float = 0.0
+    structure: dict | None = None
 
     @property
     def std(self) -> np.ndarray:

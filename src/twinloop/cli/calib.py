@@ -114,6 +114,7 @@ CALIBRATE_OPTIONS = {
     "fps": ("fps",),
     "calib.seed": ("seed",),
     "out": ("out",),
+    "structures": ("structures",),
 }
 
 
@@ -133,12 +134,26 @@ def _calibrate_body(cfg: CalibrateConfig, sources: dict, recipe, *, dataset: str
         bar = prog.add_task("calibrate", total=c.max_evals, best=float("nan"))
         post = fit(t, eps, space, config=c, progress=lambda n, f: prog.update(bar, completed=min(n, c.max_evals), best=f))
     console.print(post.report())
+    if cfg.structures:
+        post.structure = _structure(t, eps, post, cfg)
+        console.print(post.structure["choice"]["reason"])
     summary = {"task": t.name, "world": world, "seed": c.seed, "episodes": len(eps), "results": [],
                "calibration": post.to_dict(), "space": space.to_dict(), "config": c.__dict__, "dataset": str(dataset),
                "config_sources": sources}
     write_json(o / "posterior.json", post.to_dict(), allow_nan=False)
-    write_json(o / "summary.json", summary, allow_nan=False)
+    write_json(o / "summary.json", {**summary, "structure": post.structure}, allow_nan=False)
     console.print(f"wrote {o / 'summary.json'}, {o / 'posterior.json'}")
+
+
+def _structure(task, eps, post, cfg: CalibrateConfig) -> dict:
+    """The twin chosen among ``cfg.structures``, the fit and the nominal values, on the
+    episodes the fit held out (the same split)."""
+    from twinloop.calib.structure import choose_structure
+    from twinloop.calib.windows import as_trajectories, split_episodes
+
+    c = cfg.calib
+    _, held = split_episodes(as_trajectories(task, eps), c.holdout_fraction, c.seed)
+    return choose_structure(task, held, post, cfg.structures, c.acceptance)[1]
 
 
 calibrate = config_command(

@@ -21,7 +21,7 @@ from twinloop.control.hooks import acceptance_hooks
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
-from twinloop.run.planning import planning_choice, planning_particles  # noqa: F401 - importable from here
+from twinloop.run.planning import planning_choice, planning_model, planning_particles  # noqa: F401 - importable from here
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world, world_type
@@ -75,7 +75,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.monitor == "adapt" and not task.param_space().on("actuator"):
         raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.experiment.task!r} has none among "
                             f"{task.param_space().names}")
-    twin = refiner_twin(task, cfg.planner.backend, cfg.planner.twin_timestep, cfg.planner.refiner.horizon, cfg.experiment.seed, check_twin)
+    twin = refiner_twin(task, cfg.planner.backend, cfg.planner.twin_timestep, cfg.planner.refiner.horizon, cfg.experiment.seed, check_twin,
+                        planning_model(cfg, task))
     params, delay, _ = planning_choice(cfg, task, twin.param_space)  # a posterior that fails its check: nominal
     rcfg = cfg.planner.refiner
     rcfg = rcfg if delay == rcfg.actuation_delay else replace(rcfg, actuation_delay=delay)
@@ -115,13 +116,15 @@ def base_config(cfg: RunConfig) -> RunConfig:
 
 
 def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,
-                 seed: int = 0, check: bool = True):
+                 seed: int = 0, check: bool = True, model=None):
     """The twin a refiner plans in: ``backend`` at ``timestep`` (s) when that is coarser than the
     scene's, checked once (``check``) to rank candidates as the scene's own step does over
-    ``horizon`` (:func:`~twinloop.control.check_timestep`)."""
-    twin = make_twin(backend, task.model, task.param_space())
-    if timestep is not None and timestep > task.model.opt.timestep * (1 + 1e-9):
-        coarse = make_twin(backend, task.model, task.param_space(), timestep=timestep)
+    ``horizon`` (:func:`~twinloop.control.check_timestep`). ``model``: the scene with another
+    structure (a posterior's chosen contact model; default ``task.model``)."""
+    model = task.model if model is None else model
+    twin = make_twin(backend, model, task.param_space())
+    if timestep is not None and timestep > model.opt.timestep * (1 + 1e-9):
+        coarse = make_twin(backend, model, task.param_space(), timestep=timestep)
         if check:
             check_timestep(task, coarse, twin, horizon=horizon, seed=seed)
         twin = coarse

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from twinloop.calib.fit import CalibConfig
-from twinloop.errors import TwinloopError, number
+from twinloop.errors import TwinloopError, choose, number
 from twinloop.run.config import composed
 from twinloop.tasks import check_task
 
@@ -32,6 +32,12 @@ class CalibrateConfig:
         fps: frames per second of LeRobot data without timestamps (``None``: the task's).
         out: output folder (``summary.json``, ``posterior.json``); must be new or empty unless
             overwritten.
+        structures: contact models (``twinloop.calib.structure.CONTACT_MODELS``: elliptic,
+            hard, soft, condim-4, elliptic-hard, noslip) to rank, each with the nominal values and
+            with the fit, against the nominal twin and the fit by the control check on the
+            held-out episodes; the best (the nominal twin unless one beats it) is recorded in
+            ``posterior.json`` and ``summary.json`` (``structure``), and ``twinloop run
+            --posterior`` plans with it. Needs held-out episodes (``holdout``).
     """
 
     task: str | None = None
@@ -44,16 +50,26 @@ class CalibrateConfig:
     column_map: str = ""
     fps: float | None = None
     out: str = "twinloop-calib"
+    structures: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.task is not None:
             check_task(self.task)
-        for name in ("params", "kinds", "bodies"):
+        for name in ("params", "kinds", "bodies", "structures"):
             v = getattr(self, name)
             object.__setattr__(self, name, tuple(v) or None if v is not None else None)
         if self.bodies and not self.kinds:
             raise TwinloopError(f"bodies={list(self.bodies)} choose the bodies of kinds: give kinds too")
         if not isinstance(self.calib, CalibConfig):
             raise TwinloopError(f"calib must be a CalibConfig, got {type(self.calib).__name__}")
+        if self.structures:
+            from twinloop.calib.structure import CONTACT_MODELS
+
+            for name in self.structures:
+                choose("structures", name, tuple(CONTACT_MODELS))
+            if self.params or self.kinds:
+                raise TwinloopError("structures rank fits of the task's own parameter space: drop params and kinds")
+            if not self.calib.holdout_fraction > 0:
+                raise TwinloopError("structures are chosen on held-out episodes: give holdout > 0")
         if self.fps is not None:
             object.__setattr__(self, "fps", number(self.fps, "fps", low=0, low_open=True))

@@ -26,6 +26,16 @@ def planning_choice(cfg, task, space) -> tuple[np.ndarray | None, float, dict | 
         return planning_particles(cfg, space), delay, None
     post = load_posterior(cfg, space)
     usable, why = planning_verdict(post)
+    if post.structure is not None:  # the structure choice ranked the fit against the nominal twin itself
+        usable, why = post.structure.get("params") == "fit", post.structure["choice"]["reason"]
+        note = {"path": cfg.posterior, "contact_model": post.structure.get("contact_model")}
+        if not usable:
+            return planning_particles(cfg, space), delay, {**note, "used": False, "reason": why,
+                                                           "actuation_delay": delay}
+        if delay == 0:
+            delay = planning_delay(post, task.model.opt.timestep)
+        return planning_particles(cfg, space, post), delay, {**note, "used": True, "reason": why,
+                                                             "actuation_delay": delay}
     if not usable:
         return planning_particles(cfg, space), delay, {"path": cfg.posterior, "used": False, "reason": why,
                                                        "actuation_delay": delay}
@@ -35,8 +45,25 @@ def planning_choice(cfg, task, space) -> tuple[np.ndarray | None, float, dict | 
                                                          "actuation_delay": delay}
 
 
+def planning_model(cfg, task):
+    """The scene the refiner plans in: ``task.model``, or the contact model a posterior's
+    structure choice picked (:func:`~twinloop.calib.structure.choose_structure`)."""
+    if cfg.posterior is None:
+        return task.model
+    structure = load_posterior(cfg, task.param_space()).structure
+    name = None if structure is None else structure.get("contact_model")
+    if name is None:
+        return task.model
+    from twinloop.calib.structure import named_contact_model
+
+    return named_contact_model(task.model, name)
+
+
 def planning_message(note: dict) -> str:
     """The console's line on a posterior's use (``note`` of :func:`planning_choice`)."""
+    if note.get("contact_model"):
+        values = "the calibrated values" if note["used"] else "the nominal values"
+        return f"planning with contact model {note['contact_model']} and {values} ({note['path']}): {note['reason']}"
     if note["used"]:
         return (f"planning with the calibrated twin {note['path']} (actuation delay "
                 f"{1000 * note['actuation_delay']:.0f} ms): {note['reason']}")
