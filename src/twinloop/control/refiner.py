@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twinloop.control.anytime import chunk_size, evaluate_in_chunks
-from twinloop.control.feedback import batch_feedback, qpos_names  # noqa: F401 - qpos_names importable from here
+from twinloop.control.feedback import batch_feedback, qpos_names
 from twinloop.control.prune import pruned_rollout
 from twinloop.control.result import RefineResult, RefineSearch
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
