@@ -166,8 +166,8 @@ def test_a_realtime_run_plans_each_cycle_within_one_world_tick_by_default(task, 
     assert len(cyc) >= 2
     for prev, c in zip(cyc, cyc[1:], strict=False):
         assert c.deadline <= max(0.9 * 0.02 - prev.overhead, 0.0) + 1e-12
-        assert 1 <= c.iterations and 0 < c.samples <= 32 and c.cut == (c.samples < 32)
+        assert 1 <= c.iterations and 4 <= c.samples <= 32 and c.cut == (c.samples < 32)
     st = ctl.stats()
-    assert st["deadline_median"] <= 0.018 and st["samples_min"] >= 8
+    assert st["deadline_median"] <= 0.018 and st["samples_min"] >= 4  # one chunk of 32 / 8
     row = realtime_summary([{**world.stats(), **st}])
     assert row["samples_median"] == st["samples_median"] and row["cut_cycles"] == st["cut_cycles"]

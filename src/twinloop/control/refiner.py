@@ -124,7 +124,7 @@ class RefinerConfig:
     spline: str = "cubic"
     iterations: int = 1
     deadline: float | None = None
-    chunks: int = 4
+    chunks: int = 8
     risk: str = "mean"
     cvar_alpha: float = 0.25
     seed: int = 0
