@@ -15,7 +15,7 @@ cycles spent (median deadline, iterations and samples; the fewest samples).
 
 Real-time runs are wall-clock bound: run under the shared CPU lock.
 
-    flock /tmp/cpu.lock python benchmarks/anytime.py --episodes 16 --seed 910 \\
+    flock /tmp/cpu.lock python benchmarks/anytime.py --episodes 10 --seed 910 \\
         --out results/tables/anytime-realtime.json
 """
 
@@ -96,7 +96,7 @@ def row(cell: dict, wall: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=list(RATES), choices=list(RATES))
-    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--episodes", type=int, default=10)
     ap.add_argument("--seed", type=int, default=910)
     ap.add_argument("--out", default="results/tables/anytime-realtime.json")
     a = ap.parse_args()
