@@ -92,6 +92,10 @@ class AsyncController(Controller):
     plan holds for that time. The planner thread loops: take the newest observation, refine,
     publish a plan stamped with the world time it starts at.
 
+    Anytime (``config.anytime``, the default): each cycle's refine gets a deadline, what one
+    world tick leaves after the rest of the cycle (:meth:`deadline`), and spends it in sample
+    chunks and iterations; each :class:`PlanCycle` records what it spent.
+
     Latency compensation (``config.latency_comp``): a cycle that starts from an observation
     of world time ``t`` will publish after about ``c`` seconds (the slowest of the last few
     cycles) and its first action applies one tick after that, at ``t_a = t + c + period``
