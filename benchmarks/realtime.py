@@ -36,7 +36,7 @@ from twinloop.worlds.shifted import ShiftedWorld
 
 def run_cell(budget: float, mode: str, episodes: int, base: dict) -> dict:
     cfg = RunConfig(episodes=episodes, video=False, record=False, realtime=True, **base,
-                    async_control=AsyncConfig(latency_comp=mode != "off", budget=budget))
+                    async_control=AsyncConfig(latency_comp=mode != "off", budget=budget, anytime=False))
     if mode == "delay":  # the world's own actuation delay, known as a robot's would be
         delay = ShiftedWorld(make_task(cfg.task), cfg.severity, cfg.seed).describe()["delay_s"]
         cfg = replace(cfg, refiner=replace(cfg.refiner, actuation_delay=delay))

@@ -161,7 +161,7 @@ def test_async_controller_rolls_its_candidates_out_behind_the_delay_line(task, c
     ctl = AsyncController(refiner(task, actuation_delay=0.04), task.default_proposer(),
                           AsyncConfig(latency_comp=comp, budget=0.04))
     lines, plan = [], ctl.plan
-    ctl.plan = lambda obs, state, warm, carry=None, in_flight=None: (lines.append(in_flight), plan(obs, state, warm, carry, in_flight))[1]
+    ctl.plan = lambda obs, state, warm, carry=None, in_flight=None, **kw: (lines.append(in_flight), plan(obs, state, warm, carry, in_flight, **kw))[1]
     try:
         run_episode(world, ctl, 0, max_ticks=30, record=False)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 import threading
 from collections import Counter
@@ -74,7 +75,7 @@ def results_table(summary: dict) -> Table:
     realtime = any("realtime" in r for r in summary["results"])
     unit = summary.get("error_unit") or "task units"
     cols = ["controller", "success (episodes)", "95% CI", f"final error ({unit}, mean)", "control rate (Hz)"]
-    cols += ["deadline misses", "plan cycles > period"] if realtime else []
+    cols += ["deadline misses", "plan cycles > period", "samples / cycle (median)"] if realtime else []
     for col in cols:
         t.add_column(col, justify="right" if col != "controller" else "left")
     for r in summary["results"]:
@@ -84,7 +85,8 @@ def results_table(summary: dict) -> Table:
         if realtime:
             rt = r.get("realtime", {})
             row += [f"{rt.get('misses', 0)}/{rt.get('ticks', 0)}",
-                    f"{rt['overruns']}/{rt['cycles']}" if "cycles" in rt else "-"]
+                    f"{rt['overruns']}/{rt['cycles']}" if "cycles" in rt else "-",
+                    f"{rt['samples_median']:.0f}" if math.isfinite(rt.get("samples_median", math.nan)) else "-"]
         t.add_row(*row)
     return t
 

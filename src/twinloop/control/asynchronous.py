@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from twinloop import threads
+from twinloop.control.anytime import cycle_deadline
 from twinloop.control.controller import Controller, TickInfo
 from twinloop.control.parts import is_hook
 from twinloop.control.refiner import Refiner
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, number
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,16 @@ class AsyncConfig:
             goes). A cycle that finishes early waits out the rest, which stands in for a
             slower planner or a larger model in benchmarks; keep ``RefinerConfig.deadline``
             below it.
+        anytime: bound each cycle's refine by what one tick of the world allows, where the
+            refiner has no deadline of its own (``RefinerConfig.deadline``): ``(1 - margin) /
+            rate`` wall seconds less the slowest of the last five cycles' non-refine parts
+            (state estimate, prediction, proposer, publishing; before the first cycle's, what it
+            has spent before planning). The refine then stops at the sample chunk or iteration
+            that would pass it (see :mod:`twinloop.control.anytime`). Off (the default, until
+            its comparison with the old behaviour is measured): each cycle refines all its
+            iterations and samples, however long that takes.
+        margin: the fraction of the tick kept free under ``anytime`` (for the last chunk's
+            overrun and the world's own thread).
 
     A known actuation delay is the refiner's (``RefinerConfig.actuation_delay``), as for the
     synchronous controller.
@@ -34,10 +45,13 @@ class AsyncConfig:
 
     latency_comp: bool = True
     budget: float | None = None
+    anytime: bool = False
+    margin: float = 0.1
 
     def __post_init__(self):
         if self.budget is not None and not (np.isfinite(self.budget) and self.budget > 0):
             raise TwinloopError(f"budget must be > 0 s or None, got {self.budget!r}")
+        object.__setattr__(self, "margin", number(self.margin, "margin", low=0, high=1, high_open=True))
 
 
 @dataclass
@@ -49,12 +63,24 @@ class PlanCycle:
         start: world time the plan starts at (``nan``: when it arrives, no compensation).
         seconds: wall time of the cycle (refine, prediction and any budget wait).
         lead: predicted ahead (s of world time; 0 without compensation).
+        deadline: the refine's deadline (s, wall; ``nan``: none).
+        refine_seconds: wall time of the refine.
+        overhead: wall time of the rest of the cycle, before any budget wait.
+        iterations: optimizer iterations begun.
+        samples: candidates evaluated (over its iterations).
+        cut: the deadline stopped the refine before all its iterations and samples.
     """
 
     obs_time: float
     start: float
     seconds: float
     lead: float
+    deadline: float = float("nan")
+    refine_seconds: float = 0.0
+    overhead: float = 0.0
+    iterations: int = 0
+    samples: int = 0
+    cut: bool = False
 
 
 class AsyncController(Controller):
@@ -66,6 +92,10 @@ class AsyncController(Controller):
     sends, for the tick the action will apply at (``time + period``), the action the newest
     plan holds for that time. The planner thread loops: take the newest observation, refine,
     publish a plan stamped with the world time it starts at.
+
+    Anytime (``config.anytime``, opt-in): each cycle's refine gets a deadline, what one
+    world tick leaves after the rest of the cycle (:meth:`deadline`), and spends it in sample
+    chunks and iterations; each :class:`PlanCycle` records what it spent.
 
     Latency compensation (``config.latency_comp``): a cycle that starts from an observation
     of world time ``t`` will publish after about ``c`` seconds (the slowest of the last few
@@ -151,13 +181,21 @@ class AsyncController(Controller):
 
     def stats(self) -> dict:
         """Planning cycles: count, median/max wall seconds, how many overran the control
-        period (the plan was not renewed on time), median lead predicted."""
-        sec = np.array([c.seconds for c in self.cycles])
-        lead = np.array([c.lead for c in self.cycles])
-        p = self.task.control_period
-        return {"cycles": len(sec), "cycle_median": float(np.median(sec)) if len(sec) else float("nan"),
-                "cycle_max": float(sec.max()) if len(sec) else float("nan"),
-                "overruns": int((sec > p).sum()), "lead_median": float(np.median(lead)) if len(lead) else float("nan")}
+        period (the plan was not renewed on time), median lead predicted; what the refines
+        spent (median deadline, iterations and samples, the fewest samples, cycles cut) and
+        how many cycles took longer than one world tick (``late_cycles``)."""
+        cyc = self.cycles
+
+        def med(name, f=np.median):
+            return float(f([getattr(c, name) for c in cyc])) if cyc else float("nan")
+
+        tick = np.inf if self._period is None else self._period / self._speed
+        return {"cycles": len(cyc), "cycle_median": med("seconds"), "cycle_max": med("seconds", np.max),
+                "overruns": sum(c.seconds > self.task.control_period for c in cyc), "lead_median": med("lead"),
+                "deadline_median": med("deadline"), "iterations_median": med("iterations"),
+                "samples_median": med("samples"), "samples_min": med("samples", np.min),
+                "cut_cycles": sum(c.cut for c in cyc),
+                "late_cycles": sum(c.refine_seconds + c.overhead > tick for c in cyc)}
 
     # -- actuation side (holds the lock) -----------------------------------------------------
 
@@ -256,13 +294,27 @@ class AsyncController(Controller):
             warm, carry = self.carried(p_plan, p_tick, max(shift, 0.0))
         # a timed proposer (a gait) proposes for the time the state planned from is of
         self._call(self.proposer, "set_time", t_obs if np.isnan(start) else start)
-        plan, tick = self.plan(obs, state, warm, carry, line)
-        if cfg.budget is not None:
-            wait = cfg.budget - (time.perf_counter() - c0)
-            if wait > 0:
-                time.sleep(wait)
+        deadline = self.deadline(period / speed, time.perf_counter() - c0)
+        plan, tick = self.plan(obs, state, warm, carry, line, deadline=deadline)
         acts = plan.actions()
+        busy = time.perf_counter() - c0
+        if cfg.budget is not None and cfg.budget > busy:
+            time.sleep(cfg.budget - busy)
         with self._cv:
             self._pending = (plan, start, tick, acts)
-        self.cycles.append(PlanCycle(obs_time=t_obs, start=start, seconds=time.perf_counter() - c0, lead=lead))
+        res = tick.result
+        self.cycles.append(PlanCycle(
+            obs_time=t_obs, start=start, seconds=time.perf_counter() - c0, lead=lead,
+            deadline=float("nan") if res is None or res.deadline is None else res.deadline,
+            refine_seconds=tick.seconds, overhead=busy - tick.seconds, iterations=tick.iterations,
+            samples=tick.samples, cut=res is not None and res.cut))
+
+    def deadline(self, interval: float, spent: float) -> float | None:
+        """The refine's deadline (s) in a cycle with ``interval`` wall seconds per world tick,
+        ``spent`` seconds into it: ``None`` where ``config.anytime`` is off or the refiner has a
+        deadline of its own; else :func:`~twinloop.control.anytime.cycle_deadline` of the last
+        cycles' non-refine parts (before the first, ``spent``)."""
+        if not self.config.anytime or self.refiner.config.deadline is not None:
+            return None
+        return cycle_deadline(interval, [c.overhead for c in self.cycles] or [spent], self.config.margin)
 

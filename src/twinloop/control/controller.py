@@ -20,7 +20,8 @@ from twinloop.plan import Plan
 
 @dataclass
 class TickInfo:
-    """What happened at one control tick."""
+    """What happened at one control tick (``iterations``, ``samples`` and ``seconds``: what its
+    refine spent; ``samples``: candidates evaluated over all iterations)."""
 
     action: np.ndarray
     fallback: bool = False
@@ -28,6 +29,7 @@ class TickInfo:
     cost: float = float("nan")
     prior_cost: float = float("nan")
     iterations: int = 0
+    samples: int = 0
     n_unstable: int = 0
     seconds: float = 0.0
     optimizer_info: dict = field(default_factory=dict)
@@ -196,10 +198,11 @@ class Controller:
         return batch
 
     def plan(self, obs, state: np.ndarray, warm: Plan | None, carry: np.ndarray | None = None,
-             in_flight: np.ndarray | None = None) -> tuple[Plan, TickInfo]:
+             in_flight: np.ndarray | None = None, deadline: float | None = None) -> tuple[Plan, TickInfo]:
         """Refine from twin ``state`` (estimated from ``obs``, or predicted ahead of it) with
-        the proposer's prior, the sources' offers, the ``warm`` start, ``carry`` and the delay
-        line ``in_flight`` (see :meth:`Refiner.refine`); the hooks then decide what is sent.
+        the proposer's prior, the sources' offers, the ``warm`` start, ``carry``, the delay
+        line ``in_flight`` and the ``deadline`` (s; ``None``: the refiner's own; see
+        :meth:`Refiner.refine`); the hooks then decide what is sent.
         Returns the plan and what happened. If refinement fails the base proposal (or the
         warm plan) is returned and counted."""
         prior = None
@@ -211,7 +214,7 @@ class Controller:
             warm = prior if prior is not None else self.refiner.hold_plan(self.task.hold_action(state))
         try:
             res = self.refiner.refine(state, prior=prior, warm=warm, proposals=batch.knots(), carry=carry,
-                                      in_flight=in_flight, proposal_detail=batch.detail())
+                                      in_flight=in_flight, proposal_detail=batch.detail(), deadline=deadline)
         except Exception as exc:  # fall back, never crash the robot loop
             self.n_fallbacks += 1
             backup = prior if prior is not None else warm
@@ -219,7 +222,7 @@ class Controller:
                             plan=backup)
         else:
             tick = TickInfo(action=res.plan.first_action(), cost=res.cost, prior_cost=res.prior_cost,
-                            iterations=res.iterations, n_unstable=res.n_unstable, seconds=res.seconds,
+                            iterations=res.iterations, samples=res.n_samples, n_unstable=res.n_unstable, seconds=res.seconds,
                             optimizer_info=res.optimizer_info, result=res, plan=res.plan)
         for h in self.hooks:
             self._call(h, "decide", tick, batch)

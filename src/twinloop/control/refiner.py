@@ -26,6 +26,10 @@ Simulating less for the same decision (what a real-time loop asks for):
   left to chance again.
 
 ``RefineResult.n_steps`` counts the physics steps simulated (the speed study's unit).
+
+Under a deadline the call is anytime in samples as well as iterations: each batch is rolled
+out in ``chunks`` and cut where the next chunk would end past the deadline
+(:mod:`twinloop.control.anytime`); ``RefineResult`` says what was spent.
 """
 
 from __future__ import annotations
@@ -34,14 +38,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import mujoco
 import numpy as np
 
+from twinloop.control.anytime import chunk_size, evaluate_in_chunks
+from twinloop.control.feedback import batch_feedback, qpos_names
 from twinloop.control.prune import pruned_rollout
 from twinloop.control.result import RefineResult, RefineSearch
 from twinloop.errors import RefinementFailed, TwinloopError, as_array, choose, number
 from twinloop.modifiers import through_delay_line
-from twinloop.plan import RISKS, Feedback, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
+from twinloop.plan import RISKS, Optimizer, Plan, PlanBasis, PlanSpec, aggregate
 from twinloop.plan.spline import KINDS
 from twinloop.tasks.base import Task
 from twinloop.tasks.checks import check_horizon
@@ -61,7 +66,15 @@ class RefinerConfig:
         n_knots: spline knots per plan.
         spline: ``zero`` | ``linear`` | ``cubic``.
         iterations: optimizer iterations per ``refine`` call.
-        deadline: seconds per ``refine`` call; ``None`` runs all iterations.
+        deadline: seconds per ``refine`` call; ``None`` runs all iterations and samples. Under
+            a deadline a batch is rolled out in ``chunks`` and the call stops before a chunk
+            (or an iteration) that would end past it, selecting among the candidates evaluated;
+            the first chunk (the incumbent and the base proposal first) always runs. In real
+            time the asynchronous controller derives a deadline from the world's period when
+            this is ``None`` (:class:`~twinloop.control.AsyncConfig`).
+        chunks: chunks a batch is rolled out in under a deadline (1: whole batches, as the
+            deadline stops only between iterations); without a deadline, one batch. Not with
+            ``prune`` (which ranks the whole batch at its prune point).
         risk: aggregation over parameter particles: ``mean`` | ``worst`` | ``cvar``.
         cvar_alpha: tail fraction for ``cvar``.
         seed: seed of the sampling stream.
@@ -111,6 +124,7 @@ class RefinerConfig:
     spline: str = "cubic"
     iterations: int = 1
     deadline: float | None = None
+    chunks: int = 8
     risk: str = "mean"
     cvar_alpha: float = 0.25
     seed: int = 0
@@ -133,6 +147,7 @@ class RefinerConfig:
             "n_knots": number(self.n_knots, "n_knots", low=1, integer=True),
             "iterations": number(self.iterations, "iterations", low=1, integer=True),
             "deadline": None if self.deadline is None else number(self.deadline, "deadline (s)", low=0, low_open=True),
+            "chunks": number(self.chunks, "chunks", low=1, integer=True),
             "cvar_alpha": number(self.cvar_alpha, "cvar_alpha", low=0, high=1, low_open=True),
             "seed": number(self.seed, "seed", low=0, integer=True),
             "prior_margin": number(self.prior_margin, "prior_margin", low=0, high=1, high_open=True),
@@ -167,11 +182,13 @@ class Refiner:
         keep_rollouts: keep the last iteration's rollouts in the result (for videos).
         extra_costs: functions ``f(rollouts) -> (K,)`` added to the aggregated cost (e.g. an
             information-gain bonus across parameter particles). Non-finite values are ignored.
+        clock: seconds now, for the deadline (default ``time.perf_counter``).
     """
 
     def __init__(self, task: Task, twin: Twin, optimizer: Optimizer, config: RefinerConfig | None = None,
                  params: np.ndarray | None = None, keep_rollouts: bool = False,
-                 extra_costs: Sequence[Callable[[Rollouts], np.ndarray]] = ()):
+                 extra_costs: Sequence[Callable[[Rollouts], np.ndarray]] = (),
+                 clock: Callable[[], float] = time.perf_counter):
         self.task, self.twin, self.optimizer = task, twin, optimizer
         self.config = config or RefinerConfig()
         if not isinstance(self.config, RefinerConfig):
@@ -216,6 +233,8 @@ class Refiner:
             if not callable(f):
                 raise TwinloopError(f"extra_costs must be functions f(rollouts) -> (K,), got {f!r}")
         self.rng = np.random.default_rng(self.config.seed)
+        self.clock = clock
+        self._per_candidate = 0.0  # the last chunk's seconds per candidate: the next call's first prediction
         self._description = task.description()
         self._state_names = qpos_names(task.model)
 
@@ -293,7 +312,8 @@ class Refiner:
 
     def refine(self, state, prior: Plan | None = None, warm: Plan | None = None,
                proposals: np.ndarray | None = None, carry: np.ndarray | None = None,
-               in_flight: np.ndarray | None = None, proposal_detail: np.ndarray | None = None) -> RefineResult:
+               in_flight: np.ndarray | None = None, proposal_detail: np.ndarray | None = None,
+               deadline: float | None = None) -> RefineResult:
         """Best plan from ``state`` within the iteration budget and the deadline.
 
         A plan's per-tick ``detail`` (what its knots cannot express: a grasp closing between two
@@ -317,45 +337,60 @@ class Refiner:
             proposal_detail: ``(M, H, nu)`` per-tick detail of the proposals (their chunks'
                 under ``config.exact_prior``, see :meth:`plan_from_actions`), so each is
                 rehearsed as proposed; ``None``: none.
+            deadline: seconds for this call, in place of ``config.deadline`` (``None``: that).
 
         Raises:
             RefinementFailed: if no candidate in any iteration had a finite cost.
         """
-        t0 = time.perf_counter()
-        cfg = self.config
+        t0, cfg = self.clock(), self.config
+        deadline = cfg.deadline if deadline is None else number(deadline, "deadline (s)", low=0)
+        end = None if deadline is None else t0 + deadline
         s = as_array(state, "state", (self.task.nstate,))
         line = self.in_flight(s, in_flight) if self.delay_steps else None
         lo, hi = self.spec.low, self.spec.high
         warm = warm if warm is not None else prior if prior is not None else self.hold_plan((lo + hi) / 2)
-        self._check_plan("prior", prior)
-        self._check_plan("warm", warm)
+        self._check_plan("prior", prior), self._check_plan("warm", warm)
         pk = None if prior is None else prior.knots
         ostate = self.optimizer.init(warm.knots, pk, lo, hi)
         ostate, offered, offered_d, carried = self._first_extras(ostate, proposals, proposal_detail, carry)
         details = self._details(warm, prior, offered_d is not None)
         fixed = [ostate.mean] + ([pk] if pk is not None else [])
         found = RefineSearch(offered_c=np.full(len(offered), np.nan) if proposals is not None else None)
-        it, iter_time = 0, 0.0
-        while it < cfg.iterations and not self._out_of_time(t0, it, iter_time):
-            ti = time.perf_counter()
+        it, cut = 0, False
+        while it < cfg.iterations and not cut and not (it and self._out_of_time(end)):
             incumbent = [ostate.mean] + fixed[1:] if it else fixed
             extra = [] if it else (offered + carried)[: max(cfg.num_samples - len(incumbent), 0)]
             cand, ostate = self._batch(ostate, incumbent + extra)
             detail = self._batch_detail(details, len(cand), prior is not None, None if it else offered_d, len(incumbent))
-            r, c, steps = self._evaluate(s, cand, keep=len(incumbent), detail=detail, in_flight=line)
-            found.record(r, c, steps, cand, detail)
+            ev, cand, detail = self._evaluate_until(s, cand, len(incumbent), detail, line, end)
+            cut = ev.n < cfg.num_samples
+            found.record(ev.rollouts, ev.costs, ev.steps, cand, detail)
             if it == 0:
-                found.first_batch(c, cand, detail, len(incumbent), len(extra) if offered else 0, pk is not None)
-            ostate = self._update(ostate, r, cand, c, more=it + 1 < cfg.iterations)
+                found.first_batch(ev.costs, cand, detail, len(incumbent), len(extra) if offered else 0, pk is not None)
+            ostate = self._update(ostate, ev.rollouts, cand, ev.costs, more=it + 1 < cfg.iterations and not cut)
             it += 1
-            iter_time = time.perf_counter() - ti
-        return self._result(found, ostate, it, t0)
+        return self._result(found, ostate, it, t0, deadline, cut or it < cfg.iterations)
 
-    def _out_of_time(self, t0: float, it: int, iter_time: float) -> bool:
-        """Whether another iteration (as long as the last, ``iter_time`` s) would end past the
-        deadline of a call begun at ``t0``; the first iteration always runs."""
-        deadline = self.config.deadline
-        return deadline is not None and it > 0 and (time.perf_counter() - t0) + iter_time > deadline
+    def _evaluate_until(self, s, cand: np.ndarray, keep: int, detail, line, end: float | None):
+        """:meth:`_evaluate` of the ``(K, N, nu)`` candidates in chunks until the next would end
+        past ``end`` (one batch without a deadline or with ``prune``; see
+        :func:`~twinloop.control.anytime.evaluate_in_chunks`): ``(evaluated, their candidates,
+        their detail)``."""
+        size = len(cand) if end is None or self.prune_step else chunk_size(len(cand), self.config.chunks)
+
+        def part(a: int, b: int):
+            return self._evaluate(s, cand[a:b], keep=keep, detail=None if detail is None else detail[a:b],
+                                  in_flight=line)
+
+        ev = evaluate_in_chunks(part, len(cand), size, end, self.clock, self._per_candidate)
+        self._per_candidate = ev.chunk_seconds
+        return ev, cand[: ev.n], None if detail is None else detail[: ev.n]
+
+    def _out_of_time(self, end: float | None) -> bool:
+        """Whether another iteration's first chunk would end past ``end`` (predicted from the
+        last chunk's time per candidate)."""
+        size = self.config.num_samples if self.prune_step else chunk_size(self.config.num_samples, self.config.chunks)
+        return end is not None and self.clock() + size * self._per_candidate > end
 
     def _update(self, ostate, r: Rollouts, cand: np.ndarray, c: np.ndarray, more: bool):
         """The optimizer's state after a batch: updated on its finite candidates (told what the
@@ -363,7 +398,7 @@ class Refiner:
         finite = np.isfinite(c)
         if not finite.any():
             return ostate
-        fb = self._feedback(r, cand, c) if more else None
+        fb = batch_feedback(self.task, self.spec, r, cand, c, self._description, self._state_names) if more else None
         return self.optimizer.update(ostate.with_(feedback=fb), cand[finite], c[finite])
 
     def _check_plan(self, name: str, p: Plan | None) -> None:
@@ -420,8 +455,10 @@ class Refiner:
             detail[n_incumbent : n_incumbent + n_off] = offered_d[:n_off]
         return detail
 
-    def _result(self, found: RefineSearch, ostate, iterations: int, t0: float) -> RefineResult:
-        """The best plan found (the prior's where it is within ``prior_margin``), with the counts."""
+    def _result(self, found: RefineSearch, ostate, iterations: int, t0: float, deadline: float | None,
+                cut: bool) -> RefineResult:
+        """The best plan found (the prior's where it is within ``prior_margin``), with the counts
+        and what the call spent (``deadline`` and whether it ``cut`` the iterations or samples)."""
         cfg = self.config
         if found.best_k is None:
             raise RefinementFailed(f"all {found.n_roll} rollouts were non-finite or unstable; no plan to select")
@@ -435,7 +472,8 @@ class Refiner:
             elites = found.last_cand[order[: cfg.carry]][np.isfinite(last_c[order[: cfg.carry]])]
         return RefineResult(
             plan=Plan(best_k, self.spec, best_d), cost=best_c, prior_cost=prior_c, iterations=iterations,
-            n_rollouts=found.n_roll, n_unstable=found.n_bad, seconds=time.perf_counter() - t0,
+            n_rollouts=found.n_roll, n_unstable=found.n_bad, seconds=self.clock() - t0, n_samples=found.n_samples,
+            deadline=deadline, cut=cut,
             rollouts=found.last_r if self.keep_rollouts else None, costs=last_c, n_steps=found.n_steps,
             elites=elites, optimizer_info=dict(ostate.info), offered_costs=found.offered_c,
         )
@@ -448,27 +486,3 @@ class Refiner:
         zero = np.zeros((self.spec.horizon_ticks, self.spec.nu))
         own = zero if warm.detail is None else warm.detail
         return np.stack([own] + ([] if prior is None else [zero if prior.detail is None else prior.detail]))
-
-    def _feedback(self, r: Rollouts, cand: np.ndarray, costs: np.ndarray) -> Feedback:
-        """What the batch did, for an optimizer that reasons over rollouts (see ``Feedback``)."""
-        ticks = np.arange(0, r.horizon_steps + 1, self.spec.substeps)
-        return Feedback(
-            description=self._description, spec=self.spec, candidates=cand, costs=costs,
-            unstable=~r.ok.all(axis=0), times=ticks * r.dt, states=r.qpos[0][:, ticks],
-            state_names=self._state_names,
-            cost_terms=lambda: {k: v.mean(axis=0) for k, v in self.task.rollout_terms(r).items()},
-            failure=self.task.failure,
-        )
-
-
-def qpos_names(model: mujoco.MjModel) -> tuple[str, ...]:
-    """``(nq,)`` names of a model's position coordinates: the joint's name, indexed for the
-    7 of a free joint and the 4 of a ball joint."""
-    width = {int(mujoco.mjtJoint.mjJNT_FREE): 7, int(mujoco.mjtJoint.mjJNT_BALL): 4}
-    names: list[str] = []
-    for j in range(model.njnt):
-        name = model.joint(j).name or f"joint{j}"
-        n = width.get(int(model.jnt_type[j]), 1)
-        names += [name] if n == 1 else [f"{name}[{i}]" for i in range(n)]
-    return tuple(names)
-

@@ -18,7 +18,7 @@ class RefineResult:
         plan: the best plan found (lowest aggregated cost seen in any iteration).
         cost: its cost.
         prior_cost: cost of the base proposal (``nan`` without one).
-        iterations: iterations completed before the deadline.
+        iterations: iterations begun before the deadline (the last may be cut short: ``cut``).
         n_rollouts: trajectories simulated (P x K per iteration).
         n_unstable: of those, how many went non-finite or unstable.
         seconds: wall time.
@@ -29,6 +29,9 @@ class RefineResult:
         optimizer_info: what the optimizer reported (``OptState.info``).
         offered_costs: ``(M,)`` costs of the ``proposals`` as rehearsed in the first batch
             (``nan`` for those that did not fit in it); ``None`` without proposals.
+        n_samples: candidates evaluated, over all iterations (each under every particle).
+        deadline: the call's deadline (s; ``None``: none).
+        cut: the deadline stopped the call before all its iterations and samples.
     """
 
     plan: Plan
@@ -44,6 +47,9 @@ class RefineResult:
     elites: np.ndarray | None = None
     optimizer_info: dict = field(default_factory=dict)
     offered_costs: np.ndarray | None = None
+    n_samples: int = 0
+    deadline: float | None = None
+    cut: bool = False
 
 
 @dataclass
@@ -61,6 +67,7 @@ class RefineSearch:
     n_roll: int = 0
     n_bad: int = 0
     n_steps: int = 0
+    n_samples: int = 0
     last_r: Rollouts | None = None
     last_c: np.ndarray | None = None
     last_cand: np.ndarray | None = None
@@ -69,6 +76,7 @@ class RefineSearch:
         """Count a batch's ``(K,)`` costs ``c`` of ``cand``; keep its best if it beats the best."""
         self.n_steps += steps
         self.n_roll += r.ok.size
+        self.n_samples += len(c)
         self.n_bad += r.n_unstable
         finite = np.isfinite(c)
         if finite.any():
@@ -81,9 +89,10 @@ class RefineSearch:
     def first_batch(self, c: np.ndarray, cand: np.ndarray, detail, n_incumbent: int, n_extra: int,
                     has_prior: bool) -> None:
         """From the first batch: the offered proposals' costs (the ``n_extra`` rows after the
-        ``n_incumbent``), and the prior as rehearsed (row 1) with ``has_prior``."""
+        ``n_incumbent``, those evaluated before a deadline), and the prior as rehearsed (row 1)
+        with ``has_prior``."""
         if n_extra:
-            n_off = min(len(self.offered_c), n_extra)
+            n_off = max(min(len(self.offered_c), n_extra, len(c) - n_incumbent), 0)
             self.offered_c[:n_off] = c[n_incumbent : n_incumbent + n_off]
         if has_prior:
             self.prior_c, self.prior_k = float(c[1]), cand[1].copy()

@@ -19,8 +19,9 @@ next.success        bool           the episode's success, on its last frame
 cost                float64        the task's cost of this frame (``nan`` if not given)
 twin.qpos/qvel      list<float64>  twin state estimated from obs (absent if not recorded)
 world.qpos/qvel     list<float64>  hidden true state of a simulated world (absent if none)
-refine.*            see below      cost, prior_cost, seconds (float64), iterations,
-                                   n_unstable (int64), fallback (bool) of the control tick
+refine.*            see below      cost, prior_cost, seconds (float64), iterations, samples
+                                   (candidates evaluated), n_unstable (int64), fallback (bool)
+                                   of the control tick
 refine.optimizer_info  string      JSON object: what the optimizer reported that tick
                                    (e.g. a language model's calls, tokens, seconds, and
                                    why its plans were not used); ``{}`` when nothing
@@ -56,7 +57,7 @@ FRAME, EPISODE, INDEX, TASK = "frame_index", "episode_index", "index", "task_ind
 REWARD, DONE, SUCCESS, COST = "next.reward", "next.done", "next.success", "cost"
 TWIN_QPOS, TWIN_QVEL, WORLD_QPOS, WORLD_QVEL = "twin.qpos", "twin.qvel", "world.qpos", "world.qvel"
 #: refine.<name> columns and their types (from :class:`twinloop.control.TickInfo`)
-REFINE_FIELDS: dict[str, type] = {"cost": float, "prior_cost": float, "iterations": int,
+REFINE_FIELDS: dict[str, type] = {"cost": float, "prior_cost": float, "iterations": int, "samples": int,
                                   "seconds": float, "fallback": bool, "n_unstable": int}
 OPTIMIZER_INFO = "refine.optimizer_info"  # TickInfo.optimizer_info as JSON text
 #: TickInfo.accept (which plan was sent and why), where an acceptance rule decided
@@ -201,7 +202,7 @@ class EpisodeRecorder:
     @staticmethod
     def _tick_values(tick, frame: int) -> dict:
         if tick is None:  # no controller information: unknown costs/time, nothing refined
-            return {"cost": math.nan, "prior_cost": math.nan, "iterations": 0, "seconds": math.nan,
+            return {"cost": math.nan, "prior_cost": math.nan, "iterations": 0, "samples": 0, "seconds": math.nan,
                     "fallback": False, "n_unstable": 0}
         out = {}
         for k, typ in REFINE_FIELDS.items():

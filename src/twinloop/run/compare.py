@@ -359,7 +359,9 @@ def _summary(cfg: RunConfig, task, world, refiner, all_eps: dict, sources: dict 
 
 def realtime_summary(rows: list[dict]) -> dict:
     """Per-episode real-time statistics (world ticks, planner cycles) -> one row: deadline
-    misses over all ticks, medians of the per-episode medians, worst maxima."""
+    misses over all ticks, medians of the per-episode medians, worst maxima; what the planner
+    spent per cycle (deadline, iterations, samples: medians of the episodes' medians; the fewest
+    samples; cycles cut by the deadline, cycles longer than a world tick)."""
     ticks = sum(r["ticks"] for r in rows)
     out = {"ticks": ticks, "misses": sum(r["misses"] for r in rows),
            "miss_rate": sum(r["misses"] for r in rows) / max(ticks, 1),
@@ -370,7 +372,18 @@ def realtime_summary(rows: list[dict]) -> dict:
                    cycle_median=float(np.nanmedian([r["cycle_median"] for r in rows])),
                    cycle_max=float(np.nanmax([r["cycle_max"] for r in rows])),
                    lead_median=float(np.nanmedian([r["lead_median"] for r in rows])))
+    if "samples_median" in rows[0]:
+        out.update({k: _nan(np.nanmedian, [r[k] for r in rows])
+                    for k in ("deadline_median", "iterations_median", "samples_median")},
+                   samples_min=_nan(np.nanmin, [r["samples_min"] for r in rows]),
+                   cut_cycles=sum(r["cut_cycles"] for r in rows), late_cycles=sum(r["late_cycles"] for r in rows))
     return out
+
+
+def _nan(f, values) -> float:
+    """``f`` of ``values`` ignoring NaN; NaN when all are (no deadline, no cycles)."""
+    v = np.asarray(values, dtype=float)
+    return float(f(v)) if np.isfinite(v).any() else float("nan")
 
 
 def render_refined_episode(cfg: RunConfig, episodes, path: Path, watch: tuple | None = None) -> Path:
