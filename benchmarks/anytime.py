@@ -15,7 +15,7 @@ cycles spent (median deadline, iterations and samples; the fewest samples).
 
 Real-time runs are wall-clock bound: run under the shared CPU lock.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/anytime.py --episodes 10 --seed 910 \\
+    python benchmarks/anytime.py --episodes 10 --seed 910 \\
         --out results/tables/anytime-realtime.json
 """
 

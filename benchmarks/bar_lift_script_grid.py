@@ -7,7 +7,7 @@ then mean ticks, then the gentlest grip (the largest target: the least squeeze t
 nominal bar, as for a fragile object), then the smallest lift. The rule was written before any
 bar-lift episode ran in a shifted world; the winner is ``LIFT`` in ``tasks/bar_lift.py``.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/bar_lift_script_grid.py
+    python benchmarks/bar_lift_script_grid.py
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ links; towel vertices per side) and twin step: successes (Wilson 95% interval), 
 and the control rate (ticks per second of controller compute, the mean over episodes of each
 episode's ticks / compute) on this machine's cores.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/coarse_twin.py --episodes 4 --out results/tables/coarse-twin-rates.json
+    python benchmarks/coarse_twin.py --episodes 4 --out results/tables/coarse-twin-rates.json
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Writes ``--episodes`` episodes of ``--frames`` frames (block-push-sized columns)
 dataset, then reads them all back. Run it against another tree to compare, e.g. the code
 before commit points and checksums existed:
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/dataset_write.py
-    PYTHONPATH=/path/to/other/src flock /tmp/twinloop-cpu.lock python benchmarks/dataset_write.py
+    python benchmarks/dataset_write.py
+    PYTHONPATH=/path/to/other/src python benchmarks/dataset_write.py
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ ticks, then mean final error; prints the best rows. The winners are ``FOLD`` in
 ``tasks/cloth_fold_2.py`` (cloth-fold-2: both grippers swing with the same knobs at once, the
 rule and the grid the same, chosen before any cloth-fold-2 episode in a shifted world ran).
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/deformable_script_grid.py cloth-fold
-    flock /tmp/twinloop-cpu.lock python benchmarks/deformable_script_grid.py cloth-fold-2 --top 10
+    python benchmarks/deformable_script_grid.py cloth-fold
+    python benchmarks/deformable_script_grid.py cloth-fold-2 --top 10
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Three tables (2 rollout threads, the machine's cores):
    max position error of every tracked point (cloth: all 25 vertices), RMS velocity error, and
    time per call, with the settle (10 steps) and with the interpolated guess alone.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/deformables.py [--quick]
+    python benchmarks/deformables.py [--quick]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ and the share of ticks at which a candidate beat the base proposal in the twin (
 instead of it).
 One line per cell and a JSON record per cell in ``--out``.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/delay_aware.py --task rope-shape \\
+    python benchmarks/delay_aware.py --task rope-shape \\
         --worlds delay --delays 0 true --episodes 20
 """
 

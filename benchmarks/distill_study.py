@@ -32,7 +32,7 @@ Groups: the datasets under ``--run``/data (``twin/collect``, ``twin/dagger_r1``,
 for a run of twinloop <= the stage layout the first 40 twin episodes (``collect``), the next
 40s (``dagger1``, ``dagger2``) and the world episodes (``world``); ``--extra`` adds a dataset.
 
-Run each under the shared lock: ``flock /tmp/twinloop-cpu.lock python benchmarks/distill_study.py ...``.
+Run each under the shared lock: ``python benchmarks/distill_study.py ...``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ identical apart from timings, and reports wall time, the Ray start-up time and t
 Run it under the CPU lock; on a 2-core machine expect little (two workers, and the serial twin
 already uses both cores for its rollouts).
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/executor_speedup.py
+    python benchmarks/executor_speedup.py
     python benchmarks/executor_speedup.py --episodes 10 --address auto    # an existing cluster
 """
 

@@ -17,7 +17,7 @@ The kill campaign SIGKILLs a dataset writer before each of its commit-step sysca
 random instants, then reads the dataset: read back exactly (fine), refused with a message
 (clear error), or half-right (silent wrong).
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/fuzz_probes.py [--random-kills 20] [--json out.json]
+    python benchmarks/fuzz_probes.py [--random-kills 20] [--json out.json]
     python benchmarks/fuzz_probes.py --areas reliability --no-kills     # one area, no kills
 """
 

@@ -11,7 +11,7 @@ steps and two verdicts are kept: *reached* (within 5 cm at some step) and *at th
 ``max_episode_steps=N`` instead: a diagnostic of what more time would give, not Pusher-v5's
 episode.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/pusher_v5.py --where in-process remote [--episodes 20]
+    python benchmarks/pusher_v5.py --where in-process remote [--episodes 20]
 """
 
 from __future__ import annotations

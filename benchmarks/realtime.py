@@ -14,7 +14,7 @@ the median lead the compensation predicted ahead.
 
 Real-time runs are wall-clock bound: run under the shared CPU lock.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/realtime.py [--episodes 8] [--budgets 0.2 0.4 ...]
+    python benchmarks/realtime.py [--episodes 8] [--budgets 0.2 0.4 ...]
         [--modes on off delay]
 """
 

@@ -12,7 +12,7 @@ Then it kills the server mid-episode (SIGKILL) and reports how long the client t
 so (``RemoteWorld(timeout=...)``), that the next step is refused at once without sending
 anything, and that a restarted server on the same port is reached with ``reconnect()``.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/remote_latency.py [--n 2000] [--python .ci-venv2/bin/python]
+    python benchmarks/remote_latency.py [--n 2000] [--python .ci-venv2/bin/python]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Each setting runs the refined controller (scripted proposer + MPPI) on the demo'
 steps simulated per control tick (all candidates, all iterations; ``RefineResult.n_steps``),
 their ratio to the default's 64 x 200, and the median refine time per tick.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/speed.py [--settings NAME ...] [--episodes 20]
+    python benchmarks/speed.py [--settings NAME ...] [--episodes 20]
 
 Settings are named ``k<K>_h<horizon>_dt<ms>`` plus ``_prune`` (continue only the best half
 past half the horizon) or ``_carry<M>`` (last tick's M best candidates join the batch).

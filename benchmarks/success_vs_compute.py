@@ -6,7 +6,7 @@ controller (its planner defaults, the scripted base) at a few budgets below its 
 tick; the default is the first row. The deformables' sweep (with the twin's mesh resolution)
 is ``benchmarks/coarse_twin.py``.
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/success_vs_compute.py --tasks push-t --out results/tables/success-vs-compute.json
+    python benchmarks/success_vs_compute.py --tasks push-t --out results/tables/success-vs-compute.json
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the median refine time, the rollout steps per refine and each setting's time as 
 cloth-fold's at its defaults (the action dimension doubles from 4 to 8; the towel, and so the
 cost of a physics step, is the same).
 
-    flock /tmp/twinloop-cpu.lock python benchmarks/two_arm_rate.py [--rounds 5] [--out benchmarks/results/two_arm_rate.json]
+    python benchmarks/two_arm_rate.py [--rounds 5] [--out benchmarks/results/two_arm_rate.json]
 """
 
 from __future__ import annotations

@@ -97,6 +97,19 @@ class GraspTask(Task):
     goal: np.ndarray
     WEIGHTS = {"keypoints": 1.0, "final_keypoints": 3.0, "hold": 1.0, "release": 0.5, "effort": 0.02}
 
+    def _index_points(self):
+        """Index the scene's keypoints (observed, scored, traced; their sensors and sites) and
+        return ``adr(sensor name) -> its address`` for the gripper sensors a subclass reads."""
+        m = self.model
+        by_name = {k.name: i for i, k in enumerate(self.points)}
+        self._obs = np.arange(len(self.keypoints))
+        self._err = np.array([by_name[k.name] for k in self.scored])
+        self._trace = np.array([by_name[n] for n in self.trace_keypoints])
+        adr = lambda s: int(m.sensor_adr[m.sensor(s).id])  # noqa: E731
+        self._s_kp = np.array([adr(f"kp_{k.name}") for k in self.points])
+        self._sites = np.array([m.site(f"kp_{k.name}").id for k in self.points])
+        return adr
+
     def _options(self, weights: dict | None, settle_steps: int) -> None:
         """Check and keep the cost-weight overrides and the estimate's settle steps."""
         if isinstance(settle_steps, bool) or not isinstance(settle_steps, int) or settle_steps < 0:
@@ -115,14 +128,8 @@ class GraspTask(Task):
         if names != list(GRIPPER_JOINTS) or m.nu != 4 or m.na != 1:
             raise TwinloopError(f"{self.name}: the scene must start with joints {GRIPPER_JOINTS} and have "
                                 "4 actuators (gripper x, y, z, grasp) and one activation")
-        by_name = {k.name: i for i, k in enumerate(self.points)}
-        self._obs = np.arange(len(self.keypoints))
-        self._err = np.array([by_name[k.name] for k in self.scored])
-        self._trace = np.array([by_name[n] for n in self.trace_keypoints])
-        adr = lambda s: int(m.sensor_adr[m.sensor(s).id])  # noqa: E731
+        adr = self._index_points()
         self._s_grip, self._s_target = adr("gripper"), adr("grasp_target")
-        self._s_kp = np.array([adr(f"kp_{k.name}") for k in self.points])
-        self._sites = np.array([m.site(f"kp_{k.name}").id for k in self.points])
         self._grip_site, self._target_site = m.site("grip").id, m.site("grasp_target").id
         self._scratch = mujoco.MjData(m)
         # capture radius of the grasp actuator: where -F + k L crosses zero

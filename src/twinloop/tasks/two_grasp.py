@@ -59,15 +59,9 @@ class TwoGraspTask(GraspTask):
         if names != list(ARM_JOINTS) or m.nu != 8 or m.na != 2:
             raise TwinloopError(f"{self.name}: the scene must start with joints {ARM_JOINTS} and have 8 actuators "
                                 "(per gripper x, y, z, grasp) and two activations")
-        by_name = {k.name: i for i, k in enumerate(self.points)}
-        self._obs = np.arange(len(self.keypoints))
-        self._err = np.array([by_name[k.name] for k in self.scored])
-        self._trace = np.array([by_name[n] for n in self.trace_keypoints])
-        adr = lambda s: int(m.sensor_adr[m.sensor(s).id])  # noqa: E731
+        adr = self._index_points()
         self._s_grips = np.array([adr(f"{a}_gripper") for a in ARMS])
         self._s_targets = np.array([adr(f"{a}_grasp_target") for a in ARMS])
-        self._s_kp = np.array([adr(f"kp_{k.name}") for k in self.points])
-        self._sites = np.array([m.site(f"kp_{k.name}").id for k in self.points])
         self._grip_sites = np.array([m.site(f"{a}_grip").id for a in ARMS])
         self._target_sites = np.array([m.site(f"{a}_grasp_target").id for a in ARMS])
         self._scratch = mujoco.MjData(m)
