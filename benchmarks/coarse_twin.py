@@ -2,7 +2,7 @@
 
 For rope-shape and cloth-fold in the shifted world (severity 2, world seed 0), the refined
 controller of the held-out recipes' planner (K=64, 1 s horizon, exact prior, the repair) with
-the scripted base (or ``--proposer distilled --checkpoint ...``), at each twin resolution (rope
+the scripted base (the recipes' distilled bases are not built here), at each twin resolution (rope
 links; towel vertices per side) and twin step: successes (Wilson 95% interval), episodes,
 and the control rate (ticks per second of controller compute, the mean over episodes of each
 episode's ticks / compute) on this machine's cores.
