@@ -106,7 +106,8 @@ def main() -> None:
     table = json.loads(out.read_text()) if out.is_file() else {"rows": {}}
     table["rule"] = "anytime default vs the old behaviour in real time (see .rule.txt)"
     table["note"] = ("Rows: refined controller only (the scripted base), in real time at the world rate named; "
-                     "'anytime' sets async_control.anytime=true, 'off' is the default (every cycle refines all K). "
+                     "'anytime' sets async_control.anytime=true (the default since these rows), 'off' sets it false "
+                     "(every cycle refines all K). "
                      "Each row's JSON also holds deadline misses, cycles cut and the samples spent per cycle.")
     print(f"{'row':<30} {'success':>8} {'95% CI':>12} {'misses':>10} {'cut/cycles':>11} {'late':>5} "
           f"{'samples med/min':>16} {'iters':>5} {'deadline ms':>11} {'cycle ms':>9}")

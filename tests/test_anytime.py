@@ -142,15 +142,15 @@ def test_each_tick_records_the_samples_and_iterations_its_refine_spent(task, twi
 
 
 def test_anytime_real_time_derives_the_refine_deadline_from_the_world_period(task, twin):
-    assert not AsyncConfig().anytime  # opt-in until measured against the default
     ctl = AsyncController(Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=8, horizon=0.5)),
                           config=AsyncConfig(anytime=True))
     assert ctl.config.margin == 0.1
     assert ctl.deadline(0.02, spent=0.003) == pytest.approx(0.9 * 0.02 - 0.003)  # before any cycle
     assert cycle_deadline(0.1, [0.01, 0.03, 0.02], 0.1) == pytest.approx(0.06)   # the slowest recent overhead
     assert cycle_deadline(0.1, [0.5], 0.1) == 0.0                                  # then the first chunk only
-    off = AsyncController(ctl.refiner)
-    assert off.deadline(0.02, spent=0.0) is None                                   # the default
+    assert AsyncController(ctl.refiner).deadline(0.02, spent=0.003) == ctl.deadline(0.02, spent=0.003)  # default
+    off = AsyncController(ctl.refiner, config=AsyncConfig(anytime=False))
+    assert off.deadline(0.02, spent=0.0) is None                                   # every sample, every cycle
     own = AsyncController(Refiner(task, twin, make_optimizer("mppi"), RefinerConfig(num_samples=8, deadline=0.5)),
                           config=AsyncConfig(anytime=True))
     assert own.deadline(0.02, spent=0.0) is None                                   # the user's deadline stands

@@ -33,9 +33,10 @@ class AsyncConfig:
             rate`` wall seconds less the slowest of the last five cycles' non-refine parts
             (state estimate, prediction, proposer, publishing; before the first cycle's, what it
             has spent before planning). The refine then stops at the sample chunk or iteration
-            that would pass it (see :mod:`twinloop.control.anytime`). Off (the default, until
-            its comparison with the old behaviour is measured): each cycle refines all its
-            iterations and samples, however long that takes.
+            that would pass it (see :mod:`twinloop.control.anytime`). The default: a plan that
+            arrives after the world's next tick is already stale. Off: each cycle refines all
+            its iterations and samples, however long that takes (how every real-time result
+            measured before anytime planning existed was run).
         margin: the fraction of the tick kept free under ``anytime`` (for the last chunk's
             overrun and the world's own thread).
 
@@ -45,7 +46,7 @@ class AsyncConfig:
 
     latency_comp: bool = True
     budget: float | None = None
-    anytime: bool = False
+    anytime: bool = True
     margin: float = 0.1
 
     def __post_init__(self):
@@ -93,7 +94,7 @@ class AsyncController(Controller):
     plan holds for that time. The planner thread loops: take the newest observation, refine,
     publish a plan stamped with the world time it starts at.
 
-    Anytime (``config.anytime``, opt-in): each cycle's refine gets a deadline, what one
+    Anytime (``config.anytime``, the default): each cycle's refine gets a deadline, what one
     world tick leaves after the rest of the cycle (:meth:`deadline`), and spends it in sample
     chunks and iterations; each :class:`PlanCycle` records what it spent.
 
