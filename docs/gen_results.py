@@ -248,6 +248,9 @@ def _headline(entry: dict) -> str:
     rows = entry["summary"].get("results")
     if entry["loop"] == "run" and isinstance(rows, list):
         return ", ".join(f"{r['controller']} {r['successes']}/{r['episodes']}" for r in rows)
+    if entry["loop"] == "distill" and isinstance(rows, list):  # the last round's policy
+        return ", ".join(f"{r['controller']} {r['successes']}/{r['episodes']}" for r in rows
+                         if r["controller"].startswith("distilled"))
     ev = entry["summary"].get("evaluation")
     if isinstance(ev, dict):
         return f"Pearson r {ev.get('pearson')}, MMRV {ev.get('mmrv')}"
