@@ -27,6 +27,9 @@ the standard evaluation seeds (``DistillConfig.eval_seeds``: 0..N-1 for seed 0):
   on the evaluation seeds from ``--first`` on (0: the standard 20; 20: twenty more).
 - ``collect``: teacher episodes (scripted + MPPI at K) in twin-worlds, optionally with DART
   noise, into a dataset.
+- ``rounds``: each round's saved policy (``policy_round<r>.pt`` of ``--run``) alone in the
+  world on the evaluation seeds from ``--first`` on, with 95% Wilson intervals (``--out``: a
+  JSON file): a distill run's "alone" column on more seeds than it evaluated.
 
 Groups: the datasets under ``--run``/data (``twin/collect``, ``twin/dagger_r1``, ...), or
 for a run of twinloop <= the stage layout the first 40 twin episodes (``collect``), the next
@@ -242,6 +245,28 @@ def memory(a) -> None:
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+def rounds(a) -> None:
+    import json
+
+    from twinloop.stats import wilson
+
+    run = make_run(a.run, a.scratch, episodes=a.first + a.n)
+    seeds = run.cfg.eval_seeds()[a.first:]
+    rows = []
+    for path in sorted(a.run.glob("policy_round*.pt"), key=lambda p: int(p.stem.removeprefix("policy_round"))):
+        policy = DistilledPolicy.load(path, run.task)
+        t0 = time.perf_counter()
+        res = run.episodes("", run.world, run.controller(policy, run.cfg.refiner.num_samples, refine=False), seeds)
+        k = sum(r.success for r in res)
+        rows.append({"round": int(path.stem.removeprefix("policy_round")), "successes": k, "episodes": len(res),
+                     "ci": list(wilson(k, len(res))), "mean_final_error": float(np.mean([r.final_error for r in res])),
+                     "seconds": time.perf_counter() - t0})
+        print(f"{path.name}, seeds {seeds[0]}..{seeds[-1]}: alone {k}/{len(res)} [{rows[-1]['ci'][0]:.2f}, "
+              f"{rows[-1]['ci'][1]:.2f}], mean final error {1e3 * rows[-1]['mean_final_error']:.1f} mm", flush=True)
+    if a.out:
+        Path(a.out).write_text(json.dumps({"seeds": [seeds[0], seeds[-1]], "rounds": rows}, indent=1) + "\n")
+
+
 def collect(a) -> None:
     run = make_run(a.run, a.scratch, collect=8000, teacher_warm=not a.cold)
     seeds = run.cfg.collect_seeds()[a.start: a.start + a.count]
@@ -308,8 +333,11 @@ def main() -> None:
     rt.add_argument("--ks", default="1", help="neighbours averaged, comma-separated")
     representation_options(rt)
     rt.add_argument("--twin", type=int, default=10, help="episodes in twin-worlds on training starts (0: none)")
+    ro = sub.add_parser("rounds")
+    ro.add_argument("--first", type=int, default=20, help="index of the first evaluation seed")
+    ro.add_argument("--out", default="", help="JSON file of the rows")
     a = ap.parse_args()
-    {"labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "baseline": baseline, "collect": collect,
+    {"rounds": rounds, "labels": labels, "train": train, "execute": execute, "infer": infer, "refine": refine, "baseline": baseline, "collect": collect,
      "retrieve": retrieve, "memory": memory}[a.cmd](a)
 
 

@@ -46,8 +46,10 @@ def load_results(results: Path = RESULTS, recipes: Path = RECIPES) -> list[dict]
         summary = json.loads(path.read_text())
         recipe_path = recipes / f"{path.stem}.toml"
         recipe = tomllib.loads(recipe_path.read_text()) if recipe_path.is_file() else None
+        rule = path.with_suffix(".rule.txt")  # the read-off rule, written before the run
         out.append({"name": path.stem, "summary": summary, "recipe": recipe,
-                    "loop": _loop(summary, recipe), "task": str(summary.get("task", "unknown"))})
+                    "loop": _loop(summary, recipe), "task": str(summary.get("task", "unknown")),
+                    "rule": rule.read_text().strip() if rule.is_file() else None})
     return out
 
 
@@ -142,6 +144,43 @@ def _calibrate_body(summary: dict) -> list[str]:
     return lines
 
 
+def _distill_body(summary: dict) -> list[str]:
+    """The outer loop: per round the policy alone and refined at K, then the baselines at K."""
+    config = summary.get("config") or {}
+    policy, refiner = config.get("policy") or {}, (config.get("planner") or {}).get("refiner") or {}
+    k = refiner.get("num_samples", "?")
+    kind = [policy.get("learner", "?")] + [w for w in ("residual", "frame") if policy.get(w)]
+    lines = [_world_line(summary), "",
+             f"Policy: `{'`, `'.join(kind)}`; {config.get('collect', '?')} teacher episodes in twin-worlds, "
+             f"{config.get('twin_dagger', '?')} twin and {config.get('dagger_episodes', '?')} world DAgger episodes "
+             f"between rounds; refined with K={k}, horizon {refiner.get('horizon', '?')} s; "
+             f"{summary.get('episodes', '?')} evaluation episodes per controller, episode seed "
+             f"{summary.get('seed', '?')}.", "",
+             "| round | training episodes (twin + world) | alone | 95% Wilson interval | mean final error | "
+             f"refined (K={k}) | 95% Wilson interval |", "|---|---|---|---|---|---|---|"]
+    n = summary.get("episodes") or 0
+    for r in summary.get("rounds", []):
+        if "base_success" not in r:
+            continue
+        eps = r.get("train_episodes") or {}
+        (blo, bhi), (rlo, rhi) = r.get("base_ci", [0, 0]), r.get("refined_ci", [0, 0])
+        refined = r.get("refined_success")
+        lines.append(f"| {r['round']} | {eps.get('twin', '?')} + {eps.get('world', '?')} | "
+                     f"{round(r['base_success'] * n)}/{n} | [{_pct(blo)}, {_pct(bhi)}] | "
+                     f"{1000 * r.get('base_error', float('nan')):.1f} mm | "
+                     f"{'-' if refined is None else f'{round(refined * n)}/{n}'} | [{_pct(rlo)}, {_pct(rhi)}] |")
+    rows = {r["controller"]: r for r in summary.get("results", []) if isinstance(r, dict)}
+    base = [f"`{name}` {rows[name]['successes']}/{rows[name]['episodes']}" for name in ("refined", "scripted+refined")
+            if name in rows]
+    if base:
+        lines += ["", f"Without the learned policy, at K={k}: " + ", ".join(base) + "."]
+    goals = summary.get("goals") or {}
+    if goals:
+        lines += ["", f"Goals: the policy alone rising every round: `{goals.get('base_rising')}`; "
+                      f"alone after the last round: {_pct(goals['base_last']) if goals.get('base_last') is not None else '-'}."]
+    return lines
+
+
 def _generic_body(summary: dict) -> list[str]:
     keys = sorted(k for k, v in summary.items() if isinstance(v, (int, float, str)) and k != "wall_time_s")
     return [_world_line(summary), ""] + [f"- {k}: `{summary[k]}`" for k in keys]
@@ -173,8 +212,11 @@ def section(entry: dict) -> list[str]:
     else:
         lines += [f"No recipe file (`src/twinloop/recipes/{name}.toml`) yet: the summary's `config` "
                   "block is the full specification of the run.", ""]
-    body = {"run": _run_body, "evaluate": _evaluate_body, "calibrate": _calibrate_body}.get(entry["loop"], _generic_body)
+    body = {"run": _run_body, "evaluate": _evaluate_body, "calibrate": _calibrate_body,
+            "distill": _distill_body}.get(entry["loop"], _generic_body)
     lines += body(summary)
+    if entry.get("rule"):
+        lines += ["", "The rule, as written before the run:", "", "```text", entry["rule"], "```"]
     lines += ["", f"Source: `results/{name}.json` (the run's `summary.json`).", ""]
     return lines
 
@@ -206,6 +248,9 @@ def _headline(entry: dict) -> str:
     rows = entry["summary"].get("results")
     if entry["loop"] == "run" and isinstance(rows, list):
         return ", ".join(f"{r['controller']} {r['successes']}/{r['episodes']}" for r in rows)
+    if entry["loop"] == "distill" and isinstance(rows, list):  # the last round's policy
+        return ", ".join(f"{r['controller']} {r['successes']}/{r['episodes']}" for r in rows
+                         if r["controller"].startswith("distilled"))
     ev = entry["summary"].get("evaluation")
     if isinstance(ev, dict):
         return f"Pearson r {ev.get('pearson')}, MMRV {ev.get('mmrv')}"

@@ -126,8 +126,12 @@ def test_every_task_default_reaches_a_run_and_the_rest_is_the_librarys(name):
     declared = task_defaults(name)
     cfg, sources = configure(RunConfig, declared, cli={"experiment.task": name})
     calib, calib_sources = configure(CalibrateConfig, declared, cli={"task": name})
-    for path, value in declared.items():  # a run's setting, else a calibration's
-        got, where = (cfg, sources) if path in leaf_paths(RunConfig) else (calib, calib_sources)
+    distill, distill_sources = configure(DistillConfig, declared, cli={"experiment.task": name})
+    for path, value in declared.items():  # a run's setting, else a calibration's, else distill's
+        got, where = next((c, s) for c, s in ((cfg, sources), (calib, calib_sources), (distill, distill_sources))
+                          if path in leaf_paths(type(c)))
+        if path == "k_sweep":  # distill's sweep always holds K
+            value = tuple(sorted({*value, distill.planner.refiner.num_samples}))
         assert get_path(got, path) == value and where[path] == "task", path
     library = RunConfig(task=name)
     # an optional section the task's defaults open (rope-shape's grasp.twin_resolution) holds

@@ -224,11 +224,12 @@ def parse_value(text: str, tp, path: str):
 
 
 def _check_value(value, tp, path: str):
-    """A recipe's TOML value checked against the annotation (an int where a float goes is a float)."""
+    """A recipe's TOML value (or a task default's) checked against the annotation (an int where
+    a float goes is a float; a list or tuple where a tuple goes is a tuple)."""
     inner, optional = unwrap_optional(tp)
     if value is None and optional:
         return None
-    if typing.get_origin(inner) is tuple and isinstance(value, list):
+    if typing.get_origin(inner) is tuple and isinstance(value, (list, tuple)):
         item = typing.get_args(inner)[0]
         return tuple(_check_value(v, item, path) for v in value)
     if inner is float and isinstance(value, int) and not isinstance(value, bool):

@@ -85,12 +85,8 @@ class DistillConfig:
             refiner's horizon; its ``seed`` becomes ``seed``). The default holds out 10% of
             the episodes and keeps the weights of the lowest held-out loss, stopping after 4
             evaluations without one (at most 6000 steps): on 40 push-t teacher episodes the
-            held-out loss is lowest after 500 steps and 3.4x higher after 3000.
-        policy: the distilled policy's architecture and training (``chunk=None``: the
-            refiner's horizon; its ``seed`` becomes ``seed``). The default holds out 10% of
-            the episodes and keeps the weights of the lowest held-out loss, stopping after 4
-            evaluations without one (at most 6000 steps): on 40 push-t teacher episodes the
-            held-out loss is lowest after 500 steps and 3.4x higher after 3000.
+            held-out loss is lowest after 500 steps and 3.4x higher after 3000. A task's defaults
+            may choose another learner (push-t's: a residual memory in the block's frame).
     """
 
     experiment: ExperimentConfig = field(default_factory=lambda: ExperimentConfig(out="twinloop-distill",
