@@ -38,6 +38,7 @@ from twinloop.calib.windows import (
     as_trajectories,
     free_starts,
     make_windows,
+    noise_units,
     quiet_starts,
     split_episodes,
     state_units,
@@ -90,6 +91,18 @@ class CalibConfig:
             from every recorded state at the starting point ``x0`` (see
             :func:`~twinloop.calib.noise.estimate_state_noise`; model error left at ``x0``
             inflates it, never shrinks it). Needs 8 transitions (fewer: the error units).
+        weigh_by_noise: the error unit of each compared component is its noise, ``start_noise``
+            (a sensor's specification; needed), instead of ``pos_scale`` / ``angle_scale`` /
+            ``vel_scale``: every component weighed by its own precision (generalized least
+            squares when the twin's model is right), a free body's quaternion parts by the
+            angle noise (see :func:`~twinloop.calib.windows.noise_units`); a component of noise 0
+            keeps its error unit. The error units are loose on purpose for what a point push
+            makes chaotic and leave a free body's state (position, quaternion, velocities) at
+            unit scale, so on a legged robot (noise 0.5 mm, 0.005 rad, 0.01 per s) the trunk's
+            motion counts 500-2000 times less than its noise warrants (its vertical dynamics,
+            the response of the trunk's mass to the legs' forces, go unseen) and the joint
+            angles and rates 10-100 times less. The start noise errors in variables profiles out
+            takes the same units. False (default): the error units.
         errors_in_variables: treat each window's recorded start state as a noisy observation
             (with the noise the error units imply) and profile its noise out, see
             :meth:`~twinloop.calib.problem.WindowProblem.with_start_noise`; False trusts the starts;
@@ -161,6 +174,7 @@ class CalibConfig:
     start_samples: int = 0
     start_noise: tuple[float, float, float] | None = None
     noise_from_data: bool = False
+    weigh_by_noise: bool = False
     start_iterations: int = 0
     bootstrap: int = 0
     delay_steps: int | None = 0
@@ -217,10 +231,13 @@ class CalibConfig:
             object.__setattr__(self, "acceptance", AcceptanceConfig(**self.acceptance))
         if self.acceptance is not None and not isinstance(self.acceptance, AcceptanceConfig):
             raise TwinloopError(f"acceptance must be an AcceptanceConfig or None, got {type(self.acceptance).__name__}")
-        for k in ("use_velocity", "errors_in_variables", "keep_if_worse", "noise_from_data"):
+        for k in ("use_velocity", "errors_in_variables", "keep_if_worse", "noise_from_data", "weigh_by_noise"):
             v = getattr(self, k)
             if not isinstance(v, (bool, np.bool_)) and not (k == "errors_in_variables" and v is None):
                 raise TwinloopError(f"{k} must be True or False{' or None' * (k == 'errors_in_variables')}, got {v!r}")
+        if self.weigh_by_noise and self.start_noise is None:
+            raise TwinloopError("weigh_by_noise needs the noise of the recorded states: give start_noise (position m, "
+                                "angle rad, velocity m/s) stds, e.g. the sensors' specification")
 
 
 def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, method: str | None = None,
@@ -260,7 +277,11 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     train, held = _train_and_holdout(task, episodes, holdout, cfg)
     twin = _twin_for(task, space, twin)
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    window_problem = partial(_window_problem, task, twin, cfg, error, space, _start_noise(task, train, x0, twin, cfg))
+    noise = _start_noise(task, train, x0, twin, cfg)
+    if cfg.weigh_by_noise:
+        noise = noise_units(task.model, *cfg.start_noise)
+        error = error.in_units(noise)
+    window_problem = partial(_window_problem, task, twin, cfg, error, space, noise)
     problem, x, n_fit, eiv = _fit_and_delay(window_problem, train, held, cfg, x0, progress)
     bias, bias_cov, n_boot = _bootstrap(task, problem, train, x, x0, twin, cfg, policy, window_problem)
     corrected = np.clip(x - bias, space.low, space.high)

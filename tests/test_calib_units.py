@@ -1,0 +1,62 @@
+"""Calibration's error units: the loose defaults, and each component weighed by its own noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from twinloop.calib import CalibConfig, StateError, Trajectory
+from twinloop.calib.windows import noise_units
+from twinloop.errors import TwinloopError
+from twinloop.tasks import make_task
+
+NOISE = (5e-4, 5e-3, 1e-2)  # position m, angle rad, velocity m/s and rad/s
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("quadruped-walk")
+
+
+def moving(task) -> list[Trajectory]:
+    """Two states that differ in every component: everything counts as measured."""
+    s0 = task.initial_state(np.random.default_rng(0))
+    s1 = s0 + 0.01
+    return [Trajectory(np.stack([s0, s1]), np.zeros((1, task.nu)))]
+
+
+def test_noise_units_give_a_free_body_its_position_angle_and_velocity_noise(task):
+    m = task.model
+    u = noise_units(m, *NOISE)
+    np.testing.assert_array_equal(u[0:3], 5e-4)  # trunk position
+    np.testing.assert_array_equal(u[3:7], 5e-3)  # trunk quaternion parts
+    np.testing.assert_array_equal(u[7 : m.nq], 5e-3)  # the 12 hinges
+    np.testing.assert_array_equal(u[m.nq : m.nq + m.nv], 1e-2)  # trunk and joint velocities
+
+
+def test_in_noise_units_a_millimetre_of_trunk_height_counts_two_noise_stds(task):
+    err = StateError.for_task(task, moving(task))
+    weighed = err.in_units(noise_units(task.model, *NOISE))
+    s = task.initial_state(np.random.default_rng(1))
+    higher = s.copy()
+    higher[2] += 1e-3
+    z = np.flatnonzero(err.mask) == 2  # the residual entry of the trunk's height
+    assert abs(err(higher, s)[z][0]) < 0.01
+    assert weighed(higher, s)[z][0] == pytest.approx(2.0)
+
+
+def test_a_component_without_noise_keeps_its_error_unit(task):
+    err = StateError.for_task(task, moving(task))
+    units = noise_units(task.model, 5e-4, 5e-3, 0.0)  # velocities not given
+    weighed = err.in_units(units)
+    nq = task.model.nq
+    np.testing.assert_array_equal(weighed.scale[nq:], err.scale[nq:])
+    np.testing.assert_array_equal(weighed.scale[:nq], units[:nq])
+
+
+def test_weighing_by_noise_needs_the_noise():
+    with pytest.raises(TwinloopError, match="weigh_by_noise needs the noise"):
+        CalibConfig(weigh_by_noise=True)
+    with pytest.raises(TwinloopError, match="weigh_by_noise must be True or False"):
+        CalibConfig(weigh_by_noise="yes", start_noise=NOISE)
+    assert CalibConfig(weigh_by_noise=True, start_noise=NOISE).weigh_by_noise
