@@ -60,3 +60,14 @@ def test_weighing_by_noise_needs_the_noise():
     with pytest.raises(TwinloopError, match="weigh_by_noise must be True or False"):
         CalibConfig(weigh_by_noise="yes", start_noise=NOISE)
     assert CalibConfig(weigh_by_noise=True, start_noise=NOISE).weigh_by_noise
+
+
+def test_the_quadruped_calibrates_positions_weighed_by_its_sensors_noise_by_default():
+    from twinloop.cli.generate import resolve
+    from twinloop.run.calibrate import CalibrateConfig
+
+    cfg, sources, _ = resolve(CalibrateConfig, "calibrate", None, {}, "task", lambda: "quadruped-walk")
+    assert cfg.calib.weigh_by_noise and not cfg.calib.use_velocity
+    assert tuple(cfg.calib.start_noise) == NOISE and sources["calib.start_noise"] == "task"
+    other, _, _ = resolve(CalibrateConfig, "calibrate", None, {"task": "block-push"}, "task", lambda: "quadruped-walk")
+    assert not other.calib.weigh_by_noise and other.calib.use_velocity

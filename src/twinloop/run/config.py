@@ -228,7 +228,7 @@ def _check_value(value, tp, path: str):
     inner, optional = unwrap_optional(tp)
     if value is None and optional:
         return None
-    if typing.get_origin(inner) is tuple and isinstance(value, list):
+    if typing.get_origin(inner) is tuple and isinstance(value, (list, tuple)):
         item = typing.get_args(inner)[0]
         return tuple(_check_value(v, item, path) for v in value)
     if inner is float and isinstance(value, int) and not isinstance(value, bool):
