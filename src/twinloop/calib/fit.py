@@ -28,7 +28,7 @@ import numpy as np
 from twinloop.calib.acceptance import AcceptanceConfig, control_check
 from twinloop.calib.bootstrap import bootstrap_bias, simulate_closed_loop, simulate_like
 from twinloop.calib.methods import METHODS
-from twinloop.calib.noise import estimate_obs_noise, estimate_state_noise
+from twinloop.calib.noise import estimate_obs_noise, estimate_state_noise, recorded_noise
 from twinloop.calib.posterior import Posterior, interval, sample, summarize
 from twinloop.calib.problem import BudgetSpent, Objective, WindowProblem, best_delay
 from twinloop.calib.windows import (
@@ -38,10 +38,8 @@ from twinloop.calib.windows import (
     as_trajectories,
     free_starts,
     make_windows,
-    noise_units,
     quiet_starts,
     split_episodes,
-    state_units,
 )
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.params import ParamSpace
@@ -92,17 +90,12 @@ class CalibConfig:
             :func:`~twinloop.calib.noise.estimate_state_noise`; model error left at ``x0``
             inflates it, never shrinks it). Needs 8 transitions (fewer: the error units).
         weigh_by_noise: the error unit of each compared component is its noise, ``start_noise``
-            (a sensor's specification; needed), instead of ``pos_scale`` / ``angle_scale`` /
-            ``vel_scale``: every component weighed by its own precision (generalized least
-            squares when the twin's model is right), a free body's quaternion parts by the
-            angle noise (see :func:`~twinloop.calib.windows.noise_units`); a component of noise 0
-            keeps its error unit. The error units are loose on purpose for what a point push
-            makes chaotic and leave a free body's state (position, quaternion, velocities) at
-            unit scale, so on a legged robot (noise 0.5 mm, 0.005 rad, 0.01 per s) the trunk's
-            motion counts 500-2000 times less than its noise warrants (its vertical dynamics,
-            the response of the trunk's mass to the legs' forces, go unseen) and the joint
-            angles and rates 10-100 times less. The start noise errors in variables profiles out
-            takes the same units. False (default): the error units.
+            (a sensor's specification; needed; also the start noise errors in variables profiles
+            out), a free body's included (:func:`~twinloop.calib.windows.noise_units`), instead
+            of the error units, which leave most of a free body's state at unit scale: a legged
+            robot's trunk height and tilt, where its mass shows, go unseen. Velocities a noisy
+            start throws off through stiff contacts may then take the fit over: compare positions
+            only (``use_velocity=False``; quadruped-walk's default). False (default): off.
         errors_in_variables: treat each window's recorded start state as a noisy observation
             (with the noise the error units imply) and profile its noise out, see
             :meth:`~twinloop.calib.problem.WindowProblem.with_start_noise`; False trusts the starts;
@@ -277,9 +270,8 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     train, held = _train_and_holdout(task, episodes, holdout, cfg)
     twin = _twin_for(task, space, twin)
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    noise = _start_noise(task, train, x0, twin, cfg)
+    noise = recorded_noise(task, train, x0, twin, cfg)
     if cfg.weigh_by_noise:
-        noise = noise_units(task.model, *cfg.start_noise)
         error = error.in_units(noise)
     window_problem = partial(_window_problem, task, twin, cfg, error, space, noise)
     problem, x, n_fit, eiv = _fit_and_delay(window_problem, train, held, cfg, x0, progress)
@@ -321,19 +313,6 @@ def _train_and_holdout(task: Task, episodes: Sequence, holdout: Sequence | None,
     if holdout is None:
         return split_episodes(trajs, cfg.holdout_fraction, cfg.seed)
     return trajs, (as_trajectories(task, holdout) if len(holdout) else [])
-
-
-def _start_noise(task: Task, train: Sequence[Trajectory], x0: np.ndarray, twin, cfg: CalibConfig):
-    """``(nstate,)`` std of the noise on the recorded starts (state units): ``cfg.start_noise``,
-    or (``cfg.noise_from_data``) estimated from ``train`` at ``x0``; ``None``: one error unit."""
-    if cfg.start_noise is not None:
-        return state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
-    if not cfg.noise_from_data:
-        return None
-    try:
-        return estimate_state_noise(task, train, x0, twin.param_space, cfg.delay_steps or 0, twin, seed=cfg.seed)
-    except TwinloopError:  # too few transitions to tell the noise from the motion
-        return None
 
 
 def _window_problem(task: Task, twin, cfg: CalibConfig, error: StateError, space: ParamSpace, noise,
