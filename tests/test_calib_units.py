@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -71,3 +73,20 @@ def test_the_quadruped_calibrates_positions_weighed_by_its_sensors_noise_by_defa
     assert tuple(cfg.calib.start_noise) == NOISE and sources["calib.start_noise"] == "task"
     other, _, _ = resolve(CalibrateConfig, "calibrate", None, {"task": "block-push"}, "task", lambda: "quadruped-walk")
     assert not other.calib.weigh_by_noise and other.calib.use_velocity
+
+
+def test_weighed_by_noise_a_fit_counts_its_errors_in_noise_stds():
+    from twinloop.calib import calibrate, record_trajectory
+    from twinloop.worlds import SimWorld
+
+    push = make_task("block-push")
+    space = push.param_space().subset(["block_friction", "block_mass"])
+    world = SimWorld(push, model=space.apply(push.model, np.array([0.4, 0.7])))
+    eps = [record_trajectory(world, push.excitation(s), s, 20) for s in range(2)]
+    units = (1e-3, 5e-2, 2e-2)  # the error units: weighing by them changes nothing on slides and hinges
+    base = CalibConfig(start_noise=units, use_velocity=False, errors_in_variables=False, max_evals=6)
+    plain = calibrate(push, eps, space, config=base)
+    same = calibrate(push, eps, space, config=replace(base, weigh_by_noise=True))
+    half = calibrate(push, eps, space, config=replace(base, weigh_by_noise=True, start_noise=tuple(u / 2 for u in units)))
+    assert same.train_error == pytest.approx(plain.train_error, rel=1e-12)
+    assert half.train_error[0] == pytest.approx(2 * plain.train_error[0], rel=1e-9)
