@@ -284,7 +284,7 @@ def state_units(model: mujoco.MjModel, position: float, angle: float, velocity: 
 def noise_units(model: mujoco.MjModel, position: float, angle: float, velocity: float) -> np.ndarray:
     """``(nstate,)`` noise std of each twin state component from a sensor's ``position`` (m),
     ``angle`` (rad) and ``velocity`` (m/s and rad/s) noise: as :func:`state_units` gives them
-    for slides and hinges, and for free and ball joints too (which it leaves at 1): a free
+    for slides and hinges, and for free and ball joints too (which it leaves mostly at 1): a free
     body's position at ``position``, its quaternion parts at ``angle`` (a rotation of ``angle``
     moves them by at most about that much), its velocities at ``velocity``."""
     units = state_units(model, position, angle, velocity, velocity)[0]
