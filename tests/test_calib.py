@@ -386,17 +386,17 @@ def test_start_noise_sets_what_errors_in_variables_profiles_out(task, space, exc
 
 
 def test_noise_from_data_sees_clean_starts_as_clean_where_the_error_units_assume_noise(task, space, excited):
-    from twinloop.calib.fit import _start_noise
+    from twinloop.calib.noise import recorded_noise
 
     twin = make_twin("mujoco", task.model, space)
     error = StateError.for_task(task, excited)
-    assert _start_noise(task, excited, TRUTH, twin, CalibConfig()) is None  # default: one error unit
-    std = _start_noise(task, excited, TRUTH, twin, CalibConfig(noise_from_data=True))
+    assert recorded_noise(task, excited, TRUTH, twin, CalibConfig()) is None  # default: one error unit
+    std = recorded_noise(task, excited, TRUTH, twin, CalibConfig(noise_from_data=True))
     compared = error.mask & (np.arange(task.nstate) < task.model.nq)
     assert std.shape == (task.nstate,) and np.all(std[compared] < 0.2 * error.scale[compared])
-    given = _start_noise(task, excited, TRUTH, twin, CalibConfig(noise_from_data=True, start_noise=(2e-3, 0.02, 0)))
+    given = recorded_noise(task, excited, TRUTH, twin, CalibConfig(noise_from_data=True, start_noise=(2e-3, 0.02, 0)))
     assert given[0] == 2e-3  # a given noise wins
-    assert _start_noise(task, excited[:1], TRUTH, twin, CalibConfig(noise_from_data=True)) is not None
+    assert recorded_noise(task, excited[:1], TRUTH, twin, CalibConfig(noise_from_data=True)) is not None
     with pytest.raises(TwinloopError, match="noise_from_data"):
         CalibConfig(noise_from_data="yes")
 

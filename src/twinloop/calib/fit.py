@@ -28,7 +28,7 @@ import numpy as np
 from twinloop.calib.acceptance import AcceptanceConfig, control_check
 from twinloop.calib.bootstrap import bootstrap_bias, simulate_closed_loop, simulate_like
 from twinloop.calib.methods import METHODS
-from twinloop.calib.noise import estimate_obs_noise, estimate_state_noise
+from twinloop.calib.noise import estimate_obs_noise, estimate_state_noise, recorded_noise
 from twinloop.calib.posterior import Posterior, interval, sample, summarize
 from twinloop.calib.problem import BudgetSpent, Objective, WindowProblem, best_delay
 from twinloop.calib.windows import (
@@ -40,7 +40,6 @@ from twinloop.calib.windows import (
     make_windows,
     quiet_starts,
     split_episodes,
-    state_units,
 )
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.params import ParamSpace
@@ -90,6 +89,13 @@ class CalibConfig:
             from every recorded state at the starting point ``x0`` (see
             :func:`~twinloop.calib.noise.estimate_state_noise`; model error left at ``x0``
             inflates it, never shrinks it). Needs 8 transitions (fewer: the error units).
+        weigh_by_noise: the error unit of each compared component is its noise, ``start_noise``
+            (a sensor's specification; needed; also the start noise errors in variables profiles
+            out), a free body's included (:func:`~twinloop.calib.windows.noise_units`), instead
+            of the error units, which leave most of a free body's state at unit scale: a legged
+            robot's trunk height and tilt, where its mass shows, go unseen. Velocities a noisy
+            start throws off through stiff contacts may then take the fit over: compare positions
+            only (``use_velocity=False``; quadruped-walk's default). False (default): off.
         errors_in_variables: treat each window's recorded start state as a noisy observation
             (with the noise the error units imply) and profile its noise out, see
             :meth:`~twinloop.calib.problem.WindowProblem.with_start_noise`; False trusts the starts;
@@ -161,6 +167,7 @@ class CalibConfig:
     start_samples: int = 0
     start_noise: tuple[float, float, float] | None = None
     noise_from_data: bool = False
+    weigh_by_noise: bool = False
     start_iterations: int = 0
     bootstrap: int = 0
     delay_steps: int | None = 0
@@ -217,10 +224,13 @@ class CalibConfig:
             object.__setattr__(self, "acceptance", AcceptanceConfig(**self.acceptance))
         if self.acceptance is not None and not isinstance(self.acceptance, AcceptanceConfig):
             raise TwinloopError(f"acceptance must be an AcceptanceConfig or None, got {type(self.acceptance).__name__}")
-        for k in ("use_velocity", "errors_in_variables", "keep_if_worse", "noise_from_data"):
+        for k in ("use_velocity", "errors_in_variables", "keep_if_worse", "noise_from_data", "weigh_by_noise"):
             v = getattr(self, k)
             if not isinstance(v, (bool, np.bool_)) and not (k == "errors_in_variables" and v is None):
                 raise TwinloopError(f"{k} must be True or False{' or None' * (k == 'errors_in_variables')}, got {v!r}")
+        if self.weigh_by_noise and self.start_noise is None:
+            raise TwinloopError("weigh_by_noise needs the noise of the recorded states: give start_noise (position m, "
+                                "angle rad, velocity m/s) stds, e.g. the sensors' specification")
 
 
 def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, method: str | None = None,
@@ -260,7 +270,10 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     train, held = _train_and_holdout(task, episodes, holdout, cfg)
     twin = _twin_for(task, space, twin)
     error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    window_problem = partial(_window_problem, task, twin, cfg, error, space, _start_noise(task, train, x0, twin, cfg))
+    noise = recorded_noise(task, train, x0, twin, cfg)
+    if cfg.weigh_by_noise:
+        error = error.in_units(noise)
+    window_problem = partial(_window_problem, task, twin, cfg, error, space, noise)
     problem, x, n_fit, eiv = _fit_and_delay(window_problem, train, held, cfg, x0, progress)
     bias, bias_cov, n_boot = _bootstrap(task, problem, train, x, x0, twin, cfg, policy, window_problem)
     corrected = np.clip(x - bias, space.low, space.high)
@@ -300,19 +313,6 @@ def _train_and_holdout(task: Task, episodes: Sequence, holdout: Sequence | None,
     if holdout is None:
         return split_episodes(trajs, cfg.holdout_fraction, cfg.seed)
     return trajs, (as_trajectories(task, holdout) if len(holdout) else [])
-
-
-def _start_noise(task: Task, train: Sequence[Trajectory], x0: np.ndarray, twin, cfg: CalibConfig):
-    """``(nstate,)`` std of the noise on the recorded starts (state units): ``cfg.start_noise``,
-    or (``cfg.noise_from_data``) estimated from ``train`` at ``x0``; ``None``: one error unit."""
-    if cfg.start_noise is not None:
-        return state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
-    if not cfg.noise_from_data:
-        return None
-    try:
-        return estimate_state_noise(task, train, x0, twin.param_space, cfg.delay_steps or 0, twin, seed=cfg.seed)
-    except TwinloopError:  # too few transitions to tell the noise from the motion
-        return None
 
 
 def _window_problem(task: Task, twin, cfg: CalibConfig, error: StateError, space: ParamSpace, noise,

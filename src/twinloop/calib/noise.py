@@ -29,6 +29,8 @@ from twinloop.calib.windows import (
     Trajectory,
     as_trajectories,
     make_windows,
+    noise_units,
+    state_units,
     window_controls,
 )
 from twinloop.errors import TwinloopError
@@ -76,6 +78,23 @@ def estimate_state_noise(task: Task, episodes: Sequence, params=None, space: Par
     std = np.zeros(task.nstate)
     std[idx] = np.sqrt(state_var)
     return std
+
+
+def recorded_noise(task: Task, train: Sequence[Trajectory], x0: np.ndarray, twin, cfg) -> np.ndarray | None:
+    """``(nstate,)`` std of the noise on recorded states (state units) a calibration with
+    :class:`~twinloop.calib.fit.CalibConfig` ``cfg`` assumes: ``cfg.start_noise`` (with
+    ``cfg.weigh_by_noise``, a free body's too, see :func:`~twinloop.calib.windows.noise_units`),
+    or (``cfg.noise_from_data``) estimated from ``train`` at ``x0``; ``None``: one error unit."""
+    if cfg.start_noise is not None:
+        if cfg.weigh_by_noise:
+            return noise_units(task.model, *cfg.start_noise)
+        return state_units(task.model, *cfg.start_noise, cfg.start_noise[2])[0]
+    if not cfg.noise_from_data:
+        return None
+    try:
+        return estimate_state_noise(task, train, x0, twin.param_space, cfg.delay_steps or 0, twin, seed=cfg.seed)
+    except TwinloopError:  # too few transitions to tell the noise from the motion
+        return None
 
 
 def _state_var(task: Task, episodes: Sequence, params, space: ParamSpace | None, delay_steps: int, twin,
@@ -132,4 +151,4 @@ def _obs_std(task: Task, idx: np.ndarray, state_var: np.ndarray) -> np.ndarray:
     return np.sqrt(obs_var)
 
 
-__all__ = ["estimate_obs_noise", "estimate_state_noise"]
+__all__ = ["estimate_obs_noise", "estimate_state_noise", "recorded_noise"]

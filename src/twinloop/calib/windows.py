@@ -281,6 +281,23 @@ def state_units(model: mujoco.MjModel, position: float, angle: float, velocity: 
     return out, hinge
 
 
+def noise_units(model: mujoco.MjModel, position: float, angle: float, velocity: float) -> np.ndarray:
+    """``(nstate,)`` noise std of each twin state component from a sensor's ``position`` (m),
+    ``angle`` (rad) and ``velocity`` (m/s and rad/s) noise: as :func:`state_units` gives them
+    for slides and hinges, and for free and ball joints too (which it leaves mostly at 1): a free
+    body's position at ``position``, its quaternion parts at ``angle`` (a rotation of ``angle``
+    moves them by at most about that much), its velocities at ``velocity``."""
+    units = state_units(model, position, angle, velocity, velocity)[0]
+    for j in range(model.njnt):
+        t = model.jnt_type[j]
+        qa, va = int(model.jnt_qposadr[j]), model.nq + int(model.jnt_dofadr[j])
+        if t == mujoco.mjtJoint.mjJNT_FREE:
+            units[qa : qa + 3], units[qa + 3 : qa + 7], units[va : va + 6] = position, angle, velocity
+        elif t == mujoco.mjtJoint.mjJNT_BALL:
+            units[qa : qa + 4], units[va : va + 3] = angle, velocity
+    return units
+
+
 def split_episodes(trajectories: Sequence[Trajectory], holdout_fraction: float, seed: int = 0):
     """``(train, holdout)`` by episode index (segments of one episode stay together)."""
     if not 0 <= holdout_fraction < 1:
@@ -327,6 +344,13 @@ class StateError:
         if not mask.any():
             raise TwinloopError("no state component varies in the recorded data; nothing to compare")
         return cls(scale, mask, hinge)
+
+    def in_units(self, units: np.ndarray) -> StateError:
+        """The same error with ``(nstate,)`` ``units`` (state units, e.g. each component's noise
+        std, see :func:`noise_units`) as the unit of every component; one whose unit is not
+        positive keeps its present one."""
+        units = as_array(units, "error units", self.scale.shape)
+        return StateError(np.where(units > 0, units, self.scale), self.mask, self.hinge)
 
     @property
     def size(self) -> int:
@@ -394,5 +418,5 @@ def record_trajectory(world, policy: Callable[[np.ndarray, int], np.ndarray], se
 
 
 __all__ = ["StateError", "Trajectory", "Windows", "as_trajectories", "free_starts", "make_windows", "quiet_starts",
-           "record_trajectory", "split_episodes", "state_units", "twin_substeps", "window_controls",
+           "noise_units", "record_trajectory", "split_episodes", "state_units", "twin_substeps", "window_controls",
            "window_rollout_states"]

@@ -103,6 +103,7 @@ CALIBRATE_OPTIONS = {
     "calib.errors_in_variables": ("errors-in-variables",),
     "calib.start_samples": ("start-samples",),
     "calib.start_noise": ("start-noise",),
+    "calib.weigh_by_noise": ("weigh-by-noise",),
     "calib.start_iterations": ("start-iterations",),
     "calib.bootstrap": ("bootstrap",),
     "calib.keep_if_worse": ("keep-if-worse",),
