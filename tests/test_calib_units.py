@@ -90,3 +90,24 @@ def test_weighed_by_noise_a_fit_counts_its_errors_in_noise_stds():
     half = calibrate(push, eps, space, config=replace(base, weigh_by_noise=True, start_noise=tuple(u / 2 for u in units)))
     assert same.train_error == pytest.approx(plain.train_error, rel=1e-12)
     assert half.train_error[0] == pytest.approx(2 * plain.train_error[0], rel=1e-9)
+
+
+def test_error_units_leave_free_and_ball_joints_at_unit_scale_and_weigh_slides_and_hinges():
+    """The joint type must be read as its enum: a raw int is never ``in`` a tuple of enum
+    members, so a free joint was taken for a slide (its x weighed as a position, its quaternion
+    and other coordinates at 1) and a ball joint's quaternion w as a position."""
+    import mujoco
+
+    from twinloop.calib.windows import state_units
+
+    m = mujoco.MjModel.from_xml_string("""<mujoco><worldbody>
+        <body><freejoint/><geom size=".1"/></body>
+        <body pos="1 0 0"><joint type="ball"/><geom size=".1" pos=".2 0 0"/></body>
+        <body pos="2 0 0"><joint type="slide" axis="1 0 0"/><geom size=".1"/></body>
+        <body pos="3 0 0"><joint type="hinge"/><geom size=".1" pos=".2 0 0"/></body>
+        </worldbody></mujoco>""")
+    units, hinge = state_units(m, 1e-3, 1e-2, 2e-2, 0.2)
+    nq = m.nq  # 7 + 4 + 1 + 1
+    assert np.all(units[:11] == 1) and np.all(units[nq:nq + 9] == 1)  # free and ball: as they are
+    assert units[11] == 1e-3 and units[12] == 1e-2 and hinge[12] and not hinge[11]
+    assert units[nq + 9] == 2e-2 and units[nq + 10] == 0.2

@@ -270,7 +270,7 @@ def state_units(model: mujoco.MjModel, position: float, angle: float, velocity: 
     out = np.ones(n)
     hinge = np.zeros(n, bool)
     for j in range(model.njnt):
-        t = model.jnt_type[j]
+        t = mujoco.mjtJoint(model.jnt_type[j])  # a raw int is never `in` a tuple of enum members
         if t in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
             continue  # quaternion parts: left at unit scale, compared as is
         qa, va = int(model.jnt_qposadr[j]), int(model.jnt_dofadr[j])
