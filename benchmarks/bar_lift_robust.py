@@ -24,6 +24,16 @@ CANDIDATES = {"W": ["--noise", "0.3"],
               "P8W": ["--noise", "0.3", "--set", "planner.particles=8"]}
 TUNE = ["--world-seed", "7", "--seed", "7"]
 REPORT = {"seed0": [], "over2": ["--world-per-episode", "--seed", "2"]}
+#: row keys as the results book reads them ("task | world")
+LABEL = {"seed0": "world seed 0", "over2": "over worlds, seed 2"}
+
+
+def tune_key(name: str) -> str:
+    return f"bar-lift | world seed 7, tuning {name}"
+
+
+def report_key(key: str) -> str:
+    return f"bar-lift | {LABEL[key]}, selected"
 
 
 def cell(row: dict, k: str) -> str:
@@ -39,25 +49,26 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     out = Path(a.out)
     doc = json.loads(out.read_text()) if out.exists() else {"rule": "results/tables/bar-lift-robust.rule.txt",
-                                                            "tuning": {}, "rows": {}}
+                                                            "rows": {}}
+    rows = doc["rows"]
 
     def save():
         out.write_text(json.dumps(doc, indent=1) + "\n")
 
     for name, opts in CANDIDATES.items():
-        if name not in doc["tuning"]:
-            doc["tuning"][name] = run_row("bar-lift", [*opts, *TUNE], 4)
+        if tune_key(name) not in rows:
+            rows[tune_key(name)] = {"candidate": name, **run_row("bar-lift", [*opts, *TUNE], 4)}
             save()
-        print(name, "tuning:", cell(doc["tuning"][name], "base"), "->", cell(doc["tuning"][name], "refined"))
+        print(name, "tuning:", cell(rows[tune_key(name)], "base"), "->", cell(rows[tune_key(name)], "refined"))
     order = list(CANDIDATES)
-    best = max(order, key=lambda k: (doc["tuning"][k]["refined_successes"], -order.index(k)))
+    best = max(order, key=lambda k: (rows[tune_key(k)]["refined_successes"], -order.index(k)))
     doc["selected"] = best
     for key, extra in REPORT.items():
-        if key in doc["rows"] or (key == "over2" and not a.over):
+        if report_key(key) in rows or (key == "over2" and not a.over):
             continue
-        doc["rows"][key] = {"candidate": best, **run_row("bar-lift", [*CANDIDATES[best], *extra], 20)}
+        rows[report_key(key)] = {"candidate": best, **run_row("bar-lift", [*CANDIDATES[best], *extra], 20)}
         save()
-    for key, row in doc["rows"].items():
+    for key, row in rows.items():
         lo, hi = wilson(row["refined_successes"], row["episodes"])
         row["refined_wilson"], row["base_wilson"] = [lo, hi], list(wilson(row["base_successes"], row["episodes"]))
         print(f"{key} ({row['candidate']}): base {cell(row, 'base')}, refined {cell(row, 'refined')} "
