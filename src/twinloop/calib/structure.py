@@ -232,15 +232,14 @@ def validate_closed_loop(choice: TwinChoice, candidates: Sequence[TwinCandidate]
     best = ranked[0]
     chosen = by_name[best.name] if best.key() < scores[0].key() else nominal
     nom = scores[0]
-    why = (f"chose {chosen.name}: in closed loop on {nom.episodes} held-out world episodes it succeeded "
-           f"{by_name[chosen.name] is nominal and nom.successes or best.successes}/{best.episodes} "
-           f"(median final error {best.final_error_median:.3g}) against the nominal twin's {nom.successes}/"
-           f"{nom.episodes} ({nom.final_error_median:.3g}); validated: "
-           + ", ".join(s.name for s in scores) + "; " + choice.reason)
+    why = (f"chose {chosen.name}: in closed loop on held-out world episodes it succeeded {best.successes}/"
+           f"{best.episodes} (median final error {best.final_error_median:.3g}) against the nominal twin's "
+           f"{nom.successes}/{nom.episodes} ({nom.final_error_median:.3g}); validated: "
+           + ", ".join(s.name for s in scores) + "; the prediction check " + choice.reason)
     if chosen is nominal:
         why = (f"chose nominal: no candidate the prediction check passed ({', '.join(c.name for c in passed) or 'none'})"
                f" controlled better than the nominal twin's {nom.successes}/{nom.episodes} (median final error "
-               f"{nom.final_error_median:.3g}) in closed loop on held-out world episodes; " + choice.reason)
+               f"{nom.final_error_median:.3g}) in closed loop on held-out world episodes; the prediction check " + choice.reason)
     return replace(choice, chosen=chosen, reason=why, closed_loop=ranked)
 
 
