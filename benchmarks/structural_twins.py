@@ -169,7 +169,7 @@ def to_table(files: list[str], table: str) -> None:
                     "base_successes": st["rows"]["base"]["successes"], "refined_successes": r["successes"],
                     "check_error": next((x["error"] for x in st["choice"]["ranking"] if x["name"] == name), None),
                     "final_error_median": r["final_error_median"],
-                    **({"control_hz_median": r["control_hz_median"]} if "control_hz_median" in r else {})}
+                    **({"refined_control_hz": round(r["control_hz_median"], 1)} if "control_hz_median" in r else {})}
     path.write_text(json.dumps(data, indent=1))
 
 
