@@ -17,17 +17,23 @@ Rule, fixed before the runs (it selects nothing on the measured seeds):
    (the fit itself, not kept back when worse: the check judges) of the task's parameters
    (``calibrated``) and of those with the pusher stage's force limit, kp and kv
    (``calibrated+stage``);
-   a learned residual over the nominal twin trained on the fit episodes (``--no-residual``
-   to skip).
+   the nominal twin and each calibration again at each ``--timesteps`` step (``NAME@5ms``);
+   a learned residual over the nominal twin trained on the fit episodes (``--residual``; off
+   by default: the costliest candidate).
 3. The automatic choice (:func:`~twinloop.calib.structure.choose_twin`): the candidate whose
    prediction of the task's cost terms over the 0.5 s horizon on the held-out episodes is best,
-   if it beats the nominal twin; else the nominal twin.
-4. Refined success of every candidate and of the base alone on the same ``--episodes`` seeds
+   if it beats the nominal twin; else the nominal twin. With ``--validate N`` (default 4)
+   the choice is settled in closed loop (:func:`~twinloop.calib.structure.validate_closed_loop`):
+   the nominal twin and the ``--top`` candidates the check ranks best above it each run N
+   refined episodes in the world on seeds 300.., the best controller chosen only if strictly
+   better than the nominal twin.
+4. Refined success of the base alone, the automatic choice and the ``--rows`` candidates
+   (``all``: every candidate) on the same ``--episodes`` seeds
    of ``run_comparison`` (``--seed``), never used above, with Wilson intervals. The automatic
    choice's success is its candidate's row (run first; the file is written after every row).
 
-    python benchmarks/structural_twins.py --worlds pymunk bullet --tasks push-t block-push \\
-        --episodes 20 --seed 7 --out results/structural-twins.json
+    python benchmarks/structural_twins.py --worlds pymunk --tasks push-t --episodes 20 --seed 11 \\
+        --rows nominal nominal@5ms --out results/structural-twins/push-t-pymunk-validated.json
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ control check that accepts a calibration (:func:`~twinloop.calib.acceptance.hori
 the task's cost terms predicted over the planning horizon on held-out windows, weighted near
 the goal) and picks the best one, *only* if it beats the nominal twin by the check's margin;
 otherwise the nominal twin. So no chosen correction ranks below the nominal twin on the check.
+:func:`validate_closed_loop` settles that choice by control itself: the nominal twin and the
+best few candidates the check passed each run a short closed-loop validation in the world, and
+the one that controls best is kept only if it controls strictly better than the nominal twin.
+The twin's time step is a structural candidate too (``fit_candidates(timesteps=...)``).
 """
 
 from __future__ import annotations
