@@ -17,17 +17,23 @@ Rule, fixed before the runs (it selects nothing on the measured seeds):
    (the fit itself, not kept back when worse: the check judges) of the task's parameters
    (``calibrated``) and of those with the pusher stage's force limit, kp and kv
    (``calibrated+stage``);
-   a learned residual over the nominal twin trained on the fit episodes (``--no-residual``
-   to skip).
+   the nominal twin and each calibration again at each ``--timesteps`` step (``NAME@5ms``);
+   a learned residual over the nominal twin trained on the fit episodes (``--residual``; off
+   by default: the costliest candidate).
 3. The automatic choice (:func:`~twinloop.calib.structure.choose_twin`): the candidate whose
    prediction of the task's cost terms over the 0.5 s horizon on the held-out episodes is best,
-   if it beats the nominal twin; else the nominal twin.
-4. Refined success of every candidate and of the base alone on the same ``--episodes`` seeds
+   if it beats the nominal twin; else the nominal twin. With ``--validate N`` (default 4)
+   the choice is settled in closed loop (:func:`~twinloop.calib.structure.validate_closed_loop`):
+   the nominal twin and the ``--top`` candidates the check ranks best above it each run N
+   refined episodes in the world on seeds 300.., the best controller chosen only if strictly
+   better than the nominal twin.
+4. Refined success of the base alone, the automatic choice and the ``--rows`` candidates
+   (``all``: every candidate) on the same ``--episodes`` seeds
    of ``run_comparison`` (``--seed``), never used above, with Wilson intervals. The automatic
    choice's success is its candidate's row (run first; the file is written after every row).
 
-    python benchmarks/structural_twins.py --worlds pymunk bullet --tasks push-t block-push \\
-        --episodes 20 --seed 7 --out results/structural-twins.json
+    python benchmarks/structural_twins.py --worlds pymunk --tasks push-t --episodes 20 --seed 11 \\
+        --rows nominal nominal@5ms --out results/structural-twins/push-t-pymunk-validated.json
 """
 
 from __future__ import annotations
@@ -41,7 +47,12 @@ import numpy as np
 
 from twinloop.calib.acceptance import AcceptanceConfig
 from twinloop.calib.fit import CalibConfig
-from twinloop.calib.structure import choose_twin, fit_candidates
+from twinloop.calib.structure import (
+    ClosedLoopScore,
+    choose_twin,
+    fit_candidates,
+    validate_closed_loop,
+)
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.params import Param, ParamSpace
@@ -91,6 +102,7 @@ def success(world, ctl, seeds) -> dict:
     lo, hi = wilson(k, len(res))
     return {"successes": k, "episodes": len(res), "ci": [lo, hi], "seconds": time.perf_counter() - t0,
             "final_error_median": float(np.median([r.final_error for r in res])),
+            "control_hz_median": float(np.median([r.control_hz for r in res])),
             "success_by_seed": [bool(r.success) for r in res]}
 
 
@@ -110,8 +122,17 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
     cands = fit_candidates(task, fit_eps, contact_models=("elliptic",), variants=variants,
                            calibration=CalibConfig(keep_if_worse=False, acceptance=None),
                            spaces={"calibrated+stage": stage_space(task)}, residual=residual,
-                           timestep=STEP)
+                           timestep=STEP, timesteps=args.timesteps)
     choice = choose_twin(task, check_eps, cands, AcceptanceConfig(horizon=HORIZON))
+    if args.validate:
+        vseeds = range(300, 300 + args.validate)
+
+        def score(c):
+            r = success(world, Controller(refiner_of(c), make_proposer(task, "open-loop")), vseeds)
+            print(f"  validate {c.name}: {r['successes']}/{r['episodes']}", flush=True)
+            return ClosedLoopScore(c.name, r["successes"], r["episodes"], r["final_error_median"])
+
+        choice = validate_closed_loop(choice, cands, score, top=args.top)
     fitted_s = time.perf_counter() - t0
     print(f"{world_name} {task_name}: {choice.reason}", flush=True)
     seeds = episode_seeds(RunConfig(task=task_name, episodes=args.episodes, seed=args.seed))
@@ -121,7 +142,8 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
            "fit_episodes": len(fit_eps), "check_episodes": len(check_eps), "fit_seconds": fitted_s,
            "seeds": [int(s) for s in seeds]}
     # the chosen twin's row first, then the others (each saved as it ends)
-    for c in sorted(cands, key=lambda c: c is not choice.chosen):
+    keep = {c.name for c in cands} if "all" in args.rows else {choice.chosen.name, *args.rows}
+    for c in sorted((c for c in cands if c.name in keep), key=lambda c: c is not choice.chosen):
         rows[c.name] = success(world, Controller(refiner_of(c), make_proposer(task, "open-loop")), seeds)
         r = rows[c.name]
         print(f"  {c.name}: {r['successes']}/{r['episodes']} [{r['ci'][0]:.0%}, {r['ci'][1]:.0%}]", flush=True)
@@ -152,7 +174,8 @@ def to_table(files: list[str], table: str) -> None:
                     "command": d["command"], "episodes": r["episodes"],
                     "base_successes": st["rows"]["base"]["successes"], "refined_successes": r["successes"],
                     "check_error": next((x["error"] for x in st["choice"]["ranking"] if x["name"] == name), None),
-                    "final_error_median": r["final_error_median"]}
+                    "final_error_median": r["final_error_median"],
+                    **({"refined_control_hz": round(r["control_hz_median"], 1)} if "control_hz_median" in r else {})}
     path.write_text(json.dumps(data, indent=1))
 
 
@@ -165,8 +188,15 @@ def main() -> None:
     p.add_argument("--fit", type=int, default=4, help="world seeds recorded to fit (each: 2 episodes)")
     p.add_argument("--check", type=int, default=3, help="world seeds held out for the check (each: 2 episodes)")
     p.add_argument("--ticks", type=int, default=60)
-    p.add_argument("--residual", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--residual", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--residual-epochs", type=int, default=60)
+    p.add_argument("--timesteps", nargs="*", type=float, default=[0.005],
+                   help="other twin steps (s): the nominal twin and each calibration again at that step")
+    p.add_argument("--validate", type=int, default=4,
+                   help="closed-loop validation episodes per candidate (world seeds 300..); 0: the prediction check alone")
+    p.add_argument("--top", type=int, default=3, help="candidates the prediction check passes to the validation")
+    p.add_argument("--rows", nargs="+", default=["nominal"],
+                   help="measured rows beside the base and the automatic choice ('all': every candidate)")
     p.add_argument("--out", default="", help="write the results here (JSON), after every setting")
     p.add_argument("--table", default="", help="instead of running: merge the result files --merge into this table")
     p.add_argument("--merge", nargs="*", default=[])

@@ -11,12 +11,14 @@ import pytest
 from twinloop.calib.acceptance import AcceptanceConfig, horizon_errors
 from twinloop.calib.structure import (
     CONTACT_MODELS,
+    ClosedLoopScore,
     TwinCandidate,
     choose_structure,
     choose_twin,
     contact_model,
     fit_candidates,
     named_contact_model,
+    validate_closed_loop,
 )
 from twinloop.calib.windows import record_trajectory
 from twinloop.errors import TwinloopError
@@ -182,3 +184,80 @@ def test_calibrate_refuses_structures_it_cannot_choose():
         CalibrateConfig(structures=("elliptic",), calib=CalibConfig(holdout_fraction=0.0))
     with pytest.raises(TwinloopError, match="drop params"):
         CalibrateConfig(structures=("elliptic",), params=("block_mass",))
+
+
+def _scorer(table, calls):
+    """A closed-loop score read from ``table`` ``{name: (successes, final error)}`` of 4 episodes
+    (what the world's refined episodes gave), recording which candidates were run."""
+    def score(c):
+        calls.append(c.name)
+        k, err = table[c.name]
+        return ClosedLoopScore(c.name, k, 4, err)
+    return score
+
+
+def _ranked_candidates(task, slippery):
+    truth, episodes = slippery
+    space = task.param_space()
+    near = truth.copy()
+    near[space.names.index("block_friction")] *= 1.3
+    worse = space.nominal * 2.0
+    cands = [_candidate(task, "nominal", "nominal"), _candidate(task, "true", "calibration", truth),
+             _candidate(task, "near", "calibration", near), _candidate(task, "worse", "calibration", worse)]
+    choice = choose_twin(task, episodes, cands, CHECK)
+    passed = [r[0] for r in choice.ranking if r[3]]
+    assert passed[0] == "true" and "worse" not in passed  # what the prediction check says
+    return cands, choice, passed
+
+
+def test_a_candidate_the_check_prefers_but_that_controls_worse_is_not_chosen(task, slippery):
+    cands, choice, passed = _ranked_candidates(task, slippery)
+    calls = []
+    table = {"nominal": (1, 0.02), "true": (0, 0.05), "near": (3, 0.004), "worse": (4, 0.001)}
+    settled = validate_closed_loop(choice, cands, _scorer(table, calls), top=3)
+    assert settled.chosen.name == "near" != choice.chosen.name
+    assert [s.name for s in settled.closed_loop] == ["near", "nominal", "true"]
+    # a candidate the prediction check ranks below the nominal twin is never run, so never chosen
+    assert "worse" not in calls and calls[0] == "nominal" and set(calls) == {"nominal", *passed}
+    assert settled.to_dict()["closed_loop"][0]["name"] == "near" and "closed loop" in settled.reason
+    # the prediction check's own ranking is kept beside the validation's
+    assert settled.ranking == choice.ranking
+
+
+def test_the_nominal_twin_stays_unless_a_candidate_controls_strictly_better(task, slippery):
+    cands, choice, _ = _ranked_candidates(task, slippery)
+    tie = {"nominal": (2, 0.01), "true": (2, 0.01), "near": (1, 0.001), "worse": (4, 0.0)}
+    settled = validate_closed_loop(choice, cands, _scorer(tie, []))
+    assert settled.chosen.name == "nominal" and "no candidate" in settled.reason
+    # same successes, smaller final error: strictly better
+    closer = {**tie, "true": (2, 0.005)}
+    assert validate_closed_loop(choice, cands, _scorer(closer, [])).chosen.name == "true"
+    calls = []
+    assert validate_closed_loop(choice, cands, _scorer(closer, calls), top=0).chosen.name == "nominal"
+    assert calls == ["nominal"]
+
+
+def test_closed_loop_validation_refuses_scores_it_cannot_read(task, slippery):
+    cands, choice, _ = _ranked_candidates(task, slippery)
+    with pytest.raises(TwinloopError, match="must name it"):
+        validate_closed_loop(choice, cands, lambda c: ClosedLoopScore("other", 1, 4, 0.0))
+    with pytest.raises(TwinloopError, match="candidates choose_twin ranked"):
+        validate_closed_loop(choice, cands[:2], _scorer({}, []))
+
+
+def test_a_finer_twin_step_is_a_structural_candidate_with_the_same_physics(task, slippery):
+    _, episodes = slippery
+    coarse = 2 * task.model.opt.timestep
+    cands = fit_candidates(task, episodes, contact_models=("hard",), timestep=coarse,
+                           timesteps=(task.model.opt.timestep,))
+    by = {c.name: c for c in cands}
+    fine = by[f"nominal@{task.model.opt.timestep * 1000:g}ms"]
+    assert fine.kind == "structure" and fine.twin.dt == task.model.opt.timestep and by["nominal"].twin.dt == coarse
+    assert "contact:hard@" not in " ".join(by)  # only the nominal twin and calibrations are re-stepped
+    # in a world simulated at the scene's step, the twin at that step predicts far better than the coarse one
+    errs = {r[0]: r[2] for r in choose_twin(task, _episodes(task, TwinWorld(task), range(2)), cands, CHECK).ranking}
+    assert errs[fine.name] < errs["nominal"] / 3 and min(errs, key=errs.get) == fine.name
+    with pytest.raises(TwinloopError, match="does not divide"):
+        fit_candidates(task, [], contact_models=(), timesteps=(0.007,))
+    with pytest.raises(TwinloopError, match="twin timestep"):
+        fit_candidates(task, [], contact_models=(), timesteps=(task.model.opt.timestep / 2,))

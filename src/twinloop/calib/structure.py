@@ -18,18 +18,24 @@ control check that accepts a calibration (:func:`~twinloop.calib.acceptance.hori
 the task's cost terms predicted over the planning horizon on held-out windows, weighted near
 the goal) and picks the best one, *only* if it beats the nominal twin by the check's margin;
 otherwise the nominal twin. So no chosen correction ranks below the nominal twin on the check.
+:func:`validate_closed_loop` settles that choice by control itself: the nominal twin and the
+best few candidates the check passed each run a short closed-loop validation in the world, and
+the one that controls best is kept only if it controls strictly better than the nominal twin.
+The twin's time step is a structural candidate too (``fit_candidates(timesteps=...)``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import mujoco
 import numpy as np
 
 from twinloop.calib.acceptance import AcceptanceConfig, horizon_errors
+from twinloop.calib.windows import twin_substeps
 from twinloop.errors import TwinloopError, choose, number
 from twinloop.tasks.base import Task
 
@@ -121,6 +127,22 @@ class TwinCandidate:
         choose("candidate kind", self.kind, ("nominal", "structure", "calibration", "residual"))
 
 
+class ClosedLoopScore(NamedTuple):
+    """A candidate's short closed-loop validation: its refined controller's ``successes`` of
+    ``episodes`` in the world (seeds held out from every fit and from the measured ones), and
+    the median of the task's final error (breaks ties)."""
+
+    name: str
+    successes: int
+    episodes: int
+    final_error_median: float
+
+    def key(self) -> tuple[float, float]:
+        """Sort key, best first: a higher success rate, then a smaller final error."""
+        err = self.final_error_median if np.isfinite(self.final_error_median) else np.inf
+        return (-self.successes / max(self.episodes, 1), err)
+
+
 @dataclass(frozen=True)
 class TwinChoice:
     """:func:`choose_twin`'s verdict.
@@ -132,6 +154,8 @@ class TwinChoice:
             (``error``: ``E`` of the control check; ``inf`` for an unstable replay).
         nominal_error: ``E`` of the nominal candidate.
         windows, horizon_ticks: of the check; reason: one sentence.
+        closed_loop: the closed-loop validation's scores (:func:`validate_closed_loop`),
+            best first; empty when the choice rests on the prediction check alone.
     """
 
     chosen: TwinCandidate
@@ -140,13 +164,15 @@ class TwinChoice:
     windows: int
     horizon_ticks: int
     reason: str
+    closed_loop: tuple[ClosedLoopScore, ...] = ()
 
     def to_dict(self) -> dict:
         return {"chosen": self.chosen.name, "kind": self.chosen.kind, "note": self.chosen.note,
-                "nominal_error": self.nominal_error if np.isfinite(self.nominal_error) else None, "windows": self.windows, "horizon_ticks": self.horizon_ticks,
-                "reason": self.reason,
+                "nominal_error": self.nominal_error if np.isfinite(self.nominal_error) else None,
+                "windows": self.windows, "horizon_ticks": self.horizon_ticks, "reason": self.reason,
                 "ranking": [{"name": n, "kind": k, "error": e if np.isfinite(e) else None, "beats_nominal": b}
-                            for n, k, e, b in self.ranking]}
+                            for n, k, e, b in self.ranking],
+                "closed_loop": [s._asdict() for s in self.closed_loop]}
 
 
 def choose_twin(task: Task, episodes: Sequence, candidates: Sequence[TwinCandidate],
@@ -182,6 +208,45 @@ def choose_twin(task: Task, episodes: Sequence, candidates: Sequence[TwinCandida
                                                     "held-out windows (weighted near the goal)")
 
 
+def validate_closed_loop(choice: TwinChoice, candidates: Sequence[TwinCandidate],
+                         score: Callable[[TwinCandidate], ClosedLoopScore], top: int = 3) -> TwinChoice:
+    """Settle ``choice`` (of :func:`choose_twin` over ``candidates``) by control itself.
+
+    The prediction check ranks coarsely: a twin can predict the task's cost terms better and
+    still plan worse. So the nominal twin and the ``top`` candidates the check ranks best
+    *among those it ranks above the nominal twin* each drive a short closed-loop run in the
+    world (``score``: the caller's, on world seeds held out from every fit and from the
+    measured ones), and the chosen twin is the one that controls best (higher success rate,
+    then a smaller median final error), only if it controls strictly better than the nominal
+    twin; otherwise the nominal twin. A candidate the check ranks below the nominal twin is
+    never run, so never chosen.
+    """
+    top = int(number(top, "closed-loop candidates", low=0, integer=True))
+    by_name = {c.name: c for c in candidates}
+    nominal = next(c for c in candidates if c.kind == "nominal")
+    if {r[0] for r in choice.ranking} != set(by_name):
+        raise TwinloopError("validate_closed_loop needs the candidates choose_twin ranked")
+    passed = [by_name[r[0]] for r in choice.ranking if r[3]][:top]
+    scores = [score(c) for c in (nominal, *passed)]
+    for c, sc in zip((nominal, *passed), scores, strict=True):
+        if sc.name != c.name or sc.episodes < 1:
+            raise TwinloopError(f"the closed-loop score of {c.name!r} must name it and count >= 1 episode, "
+                                f"got {sc}")
+    ranked = tuple(sorted(scores, key=ClosedLoopScore.key))  # stable: the nominal twin wins ties
+    best = ranked[0]
+    chosen = by_name[best.name] if best.key() < scores[0].key() else nominal
+    nom = scores[0]
+    why = (f"chose {chosen.name}: in closed loop on held-out world episodes it succeeded {best.successes}/"
+           f"{best.episodes} (median final error {best.final_error_median:.3g}) against the nominal twin's "
+           f"{nom.successes}/{nom.episodes} ({nom.final_error_median:.3g}); validated: "
+           + ", ".join(s.name for s in scores) + "; the prediction check " + choice.reason)
+    if chosen is nominal:
+        why = (f"chose nominal: no candidate the prediction check passed ({', '.join(c.name for c in passed) or 'none'})"
+               f" controlled better than the nominal twin's {nom.successes}/{nom.episodes} (median final error "
+               f"{nom.final_error_median:.3g}) in closed loop on held-out world episodes; the prediction check " + choice.reason)
+    return replace(choice, chosen=chosen, reason=why, closed_loop=ranked)
+
+
 def _twin(model: mujoco.MjModel, space, timestep: float | None):
     from twinloop.twin import make_twin
 
@@ -191,7 +256,8 @@ def _twin(model: mujoco.MjModel, space, timestep: float | None):
 
 def fit_candidates(task: Task, episodes: Sequence, *, contact_models: Sequence[str] = ("elliptic", "hard"),
                    variants: dict[str, Task] | None = None, calibration=None, spaces: dict | None = None,
-                   residual=None, timestep: float | None = None) -> list[TwinCandidate]:
+                   residual=None, timestep: float | None = None,
+                   timesteps: Sequence[float] = ()) -> list[TwinCandidate]:
     """The candidates :func:`choose_twin` ranks, built or fitted from world ``episodes`` (the
     fit set: keep the check's episodes out of it).
 
@@ -208,6 +274,9 @@ def fit_candidates(task: Task, episodes: Sequence, *, contact_models: Sequence[s
             nominal twin from ``episodes`` (candidate ``residual``, the ``[learn]`` extra);
             ``None``: none.
         timestep: the refiner's twin step (s), when coarser than the scene's.
+        timesteps: other twin steps (s) as structural candidates: the nominal twin and each
+            calibration again with that step (``NAME@5ms``; a finer step predicts contacts
+            better and costs rollouts in proportion).
     """
     space = task.param_space()
     out = [TwinCandidate("nominal", "nominal", task, _twin(task.model, space, timestep))]
@@ -237,6 +306,24 @@ def fit_candidates(task: Task, episodes: Sequence, *, contact_models: Sequence[s
                               param_space=space)
         out.append(TwinCandidate("residual", "residual", task, twin, note={"members": residual.members,
                                                                            "epochs": residual.epochs}))
+    return out + _at_timesteps(task, out, timesteps)
+
+
+def _at_timesteps(task: Task, cands: Sequence[TwinCandidate], timesteps: Sequence[float]) -> list[TwinCandidate]:
+    """The nominal and calibration candidates again, each with a twin of every step of ``timesteps``."""
+    out = []
+    for dt in timesteps:
+        dt = number(dt, "twin timestep (s)", low=task.model.opt.timestep * (1 - 1e-9), high=task.control_period)
+        for c in cands:
+            if c.kind not in ("nominal", "calibration"):
+                continue
+            from twinloop.twin import make_twin
+
+            twin = make_twin("mujoco", c.twin.model, c.twin.param_space, timestep=dt)  # the same structure
+            twin_substeps(task, twin)  # the step must divide the control period
+            out.append(TwinCandidate(f"{c.name}@{dt * 1000:g}ms", "structure" if c.kind == "nominal" else c.kind,
+                                     c.task, twin, c.params, c.delay * c.twin.dt / twin.dt,
+                                     note={**c.note, "timestep": dt}))
     return out
 
 
@@ -266,4 +353,4 @@ def choose_structure(task: Task, held: Sequence, post, contact_models: Sequence[
 
 
 __all__ = ["CONES", "CONTACT_MODELS", "TwinCandidate", "TwinChoice", "choose_structure", "choose_twin",
-           "contact_model", "fit_candidates", "named_contact_model"]
+           "contact_model", "fit_candidates", "named_contact_model", "ClosedLoopScore", "validate_closed_loop"]
