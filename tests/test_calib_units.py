@@ -43,7 +43,7 @@ def test_in_noise_units_a_millimetre_of_trunk_height_counts_two_noise_stds(task)
     higher = s.copy()
     higher[2] += 1e-3
     z = np.flatnonzero(err.mask) == 2  # the residual entry of the trunk's height
-    assert abs(err(higher, s)[z][0]) < 0.01
+    assert err(higher, s)[z][0] == pytest.approx(1e-3 / err.scale[2])  # error units: a position's
     assert weighed(higher, s)[z][0] == pytest.approx(2.0)
 
 
@@ -92,10 +92,10 @@ def test_weighed_by_noise_a_fit_counts_its_errors_in_noise_stds():
     assert half.train_error[0] == pytest.approx(2 * plain.train_error[0], rel=1e-9)
 
 
-def test_error_units_leave_free_and_ball_joints_at_unit_scale_and_weigh_slides_and_hinges():
+def test_error_units_weigh_free_and_ball_joints_by_kind_like_slides_and_hinges():
     """The joint type must be read as its enum: a raw int is never ``in`` a tuple of enum
-    members, so a free joint was taken for a slide (its x weighed as a position, its quaternion
-    and other coordinates at 1) and a ball joint's quaternion w as a position."""
+    members, so a free joint was taken for a slide (its x weighed as a position, the rest at 1)
+    and a ball joint's quaternion w as a position."""
     import mujoco
 
     from twinloop.calib.windows import state_units
@@ -106,8 +106,9 @@ def test_error_units_leave_free_and_ball_joints_at_unit_scale_and_weigh_slides_a
         <body pos="2 0 0"><joint type="slide" axis="1 0 0"/><geom size=".1"/></body>
         <body pos="3 0 0"><joint type="hinge"/><geom size=".1" pos=".2 0 0"/></body>
         </worldbody></mujoco>""")
-    units, hinge = state_units(m, 1e-3, 1e-2, 2e-2, 0.2)
-    nq = m.nq  # 7 + 4 + 1 + 1
-    assert np.all(units[:11] == 1) and np.all(units[nq:nq + 9] == 1)  # free and ball: as they are
-    assert units[11] == 1e-3 and units[12] == 1e-2 and hinge[12] and not hinge[11]
-    assert units[nq + 9] == 2e-2 and units[nq + 10] == 0.2
+    pos, ang, vel, avel = 1e-3, 1e-2, 2e-2, 0.2
+    units, hinge = state_units(m, pos, ang, vel, avel)
+    nq = m.nq  # 7 + 4 + 1 + 1; nv = 6 + 3 + 1 + 1
+    assert list(units[:nq]) == [pos] * 3 + [ang] * 4 + [ang] * 4 + [pos, ang]
+    assert list(units[nq:]) == [vel] * 3 + [avel] * 3 + [avel] * 3 + [vel, avel]
+    assert list(np.flatnonzero(hinge)) == [12]  # only the hinge's angle wraps

@@ -263,21 +263,25 @@ def quiet_starts(free: np.ndarray, ticks: int) -> np.ndarray:
 
 def state_units(model: mujoco.MjModel, position: float, angle: float, velocity: float,
                 angular_velocity: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(nstate,)`` one value per twin state component by its kind (slide or hinge position,
-    their velocities; quaternion parts and actuator activations get 1), and the ``(nstate,)``
-    hinge-angle mask."""
-    n = model.nq + model.nv + model.na
+    """``(nstate,)`` one value per twin state component by its kind: slide positions and a free
+    body's position get ``position``, hinge angles and quaternion parts (a free body's or a ball
+    joint's) ``angle``, linear velocities ``velocity``, angular ones ``angular_velocity``;
+    actuator activations get 1. And the ``(nstate,)`` hinge-angle mask (angles that wrap)."""
+    n, nq = model.nq + model.nv + model.na, model.nq
     out = np.ones(n)
     hinge = np.zeros(n, bool)
     for j in range(model.njnt):
         t = mujoco.mjtJoint(model.jnt_type[j])  # a raw int is never `in` a tuple of enum members
-        if t in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
-            continue  # quaternion parts: left at unit scale, compared as is
-        qa, va = int(model.jnt_qposadr[j]), int(model.jnt_dofadr[j])
-        is_angle = t == mujoco.mjtJoint.mjJNT_HINGE
-        out[qa] = angle if is_angle else position
-        hinge[qa] = is_angle
-        out[model.nq + va] = angular_velocity if is_angle else velocity
+        qa, va = int(model.jnt_qposadr[j]), nq + int(model.jnt_dofadr[j])
+        if t == mujoco.mjtJoint.mjJNT_FREE:
+            out[qa : qa + 3], out[qa + 3 : qa + 7] = position, angle
+            out[va : va + 3], out[va + 3 : va + 6] = velocity, angular_velocity
+        elif t == mujoco.mjtJoint.mjJNT_BALL:
+            out[qa : qa + 4], out[va : va + 3] = angle, angular_velocity
+        else:
+            is_angle = t == mujoco.mjtJoint.mjJNT_HINGE
+            out[qa], hinge[qa] = (angle if is_angle else position), is_angle
+            out[va] = angular_velocity if is_angle else velocity
     return out, hinge
 
 
