@@ -233,6 +233,14 @@ class CalibConfig:
                                 "angle rad, velocity m/s) stds, e.g. the sensors' specification")
 
 
+def _error_and_noise(task: Task, train, x0, twin, cfg: CalibConfig) -> tuple[StateError, np.ndarray]:
+    """The fit's state error (weighed by the recorded noise with ``cfg.weigh_by_noise``) and
+    that noise (:func:`~twinloop.calib.noise.recorded_noise`)."""
+    error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
+    noise = recorded_noise(task, train, x0, twin, cfg)
+    return (error.in_units(noise) if cfg.weigh_by_noise else error), noise
+
+
 def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, method: str | None = None,
               *, holdout: Sequence | None = None, config: CalibConfig | None = None, x0=None, twin=None,
               progress: Callable[[int, float], None] | None = None,
@@ -269,10 +277,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     x0 = space.nominal if x0 is None else space.check(np.asarray(x0, dtype=float), "x0")
     train, held = _train_and_holdout(task, episodes, holdout, cfg)
     twin = _twin_for(task, space, twin)
-    error = StateError.for_task(task, train, cfg.pos_scale, cfg.angle_scale, cfg.vel_scale, cfg.use_velocity)
-    noise = recorded_noise(task, train, x0, twin, cfg)
-    if cfg.weigh_by_noise:
-        error = error.in_units(noise)
+    error, noise = _error_and_noise(task, train, x0, twin, cfg)
     window_problem = partial(_window_problem, task, twin, cfg, error, space, noise)
     problem, x, n_fit, eiv = _fit_and_delay(window_problem, train, held, cfg, x0, progress)
     bias, bias_cov, n_boot = _bootstrap(task, problem, train, x, x0, twin, cfg, policy, window_problem)
