@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bullet_gap import rich_space as stage_space  # the task's space plus the pusher stage
 
 from twinloop.calib.acceptance import AcceptanceConfig
 from twinloop.calib.fit import CalibConfig
@@ -55,7 +56,6 @@ from twinloop.calib.structure import (
 )
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import Controller, Refiner, RefinerConfig
-from twinloop.params import Param, ParamSpace
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
 from twinloop.run.compare import RunConfig, episode_seeds
@@ -65,19 +65,6 @@ from twinloop.tasks import make_task
 from twinloop.worlds import make_world
 
 K, HORIZON, STEP = 32, 0.5, 0.01
-
-
-def stage_space(task) -> ParamSpace:
-    """The task's space plus the pusher stage's force limit, kp and kv (both axes share each)."""
-    m = task.model
-    kp, kv = float(m.actuator_gainprm[0, 0]), float(-m.actuator_biasprm[0, 2])
-    limit = float(m.actuator_forcerange[0, 1])
-    axes = ("pusher_x", "pusher_y")
-    return task.param_space() + ParamSpace((
-        Param("stage_forcelimit", tuple(f"actuator:{a}/forcelimit" for a in axes), 0.5, 10 * limit, limit, limit),
-        Param("stage_kp", tuple(f"actuator:{a}/kp" for a in axes), kp / 10, kp * 20, kp, kp * 2),
-        Param("stage_kv", tuple(f"actuator:{a}/kv" for a in axes), kv / 10, kv * 10, kv, kv),
-    ))
 
 
 def refiner_of(c) -> Refiner:
