@@ -74,6 +74,18 @@ def test_rgb_reads_the_tasks_shipped_model_unless_given_one_and_a_task_without_o
         RunConfig(task="push-t", observe="depth", perception="x.pt")
 
 
+def test_a_camera_run_builds_with_the_shipped_model_when_none_is_named():
+    from twinloop.run.build import build
+
+    task, world, _, _ = build(RunConfig(task="push-t", observe="rgb", episodes=1, record=False, video=False))
+    try:
+        assert isinstance(world, CameraWorld) and task.name == "push-t"
+    finally:
+        world.close()
+    with pytest.raises(TwinloopError, match="nothing a camera sees|ships no perception model"):
+        build(RunConfig(task="block-push", observe="rgb", episodes=1, record=False, video=False))
+
+
 def test_camera_video_frames_show_camera_twin_and_world_side_by_side(task):
     from twinloop.viz.video import camera_beside
 

@@ -44,9 +44,7 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
 
     cameras = None
     if cfg.observe == "rgb":  # the cameras render what the perception model reads
-        from twinloop.perception import load_perception  # needs the [learn] extra (PyTorch)
-
-        cameras = with_size(task_cameras(task), load_perception(cfg.perception, task.name).meta.size)
+        cameras = with_size(task_cameras(task), run_perception(cfg, task).meta.size)
 
     world_task = task  # the world's, bound here: `task` becomes the planning task below
 
@@ -183,16 +181,21 @@ def camera_estimator(cfg: RunConfig, task, inner=None):
     ``inner``, default the task's stateless map); else ``None`` (the controller's own)."""
     if cfg.observe == "state":
         return None
-    from twinloop.perception import (  # needs the [learn] extra (PyTorch)
-        CameraEstimator,
-        load_perception,
-    )
+    from twinloop.perception import CameraEstimator  # needs the [learn] extra (PyTorch)
+
+    return CameraEstimator(task, run_perception(cfg, task), inner)
+
+
+def run_perception(cfg: RunConfig, task):
+    """The perception model a camera run reads its images with: ``cfg.perception``, or the task's
+    shipped model (refused, saying how to train one, for a task that ships none)."""
+    from twinloop.perception import load_perception  # needs the [learn] extra (PyTorch)
     from twinloop.perception.model import shipped
 
     if cfg.perception is None and shipped(task.name) is None:
         raise TwinloopError(f"observe='rgb': task {task.name!r} ships no perception model; train one with "
                             f"`twinloop perception train --task {task.name}` and pass --set perception=CKPT")
-    return CameraEstimator(task, load_perception(cfg.perception or task.name, task.name), inner)
+    return load_perception(cfg.perception or task.name, task.name)
 
 
 def repair_options(cfg: RunConfig) -> dict:
