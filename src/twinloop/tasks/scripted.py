@@ -239,14 +239,16 @@ def walk(path, speeds, ticks: int, dt: float, lag: float) -> np.ndarray:
 
 
 def pusher_excitation(task: Task, seed: int, kind: str = "excite", *, reach: float,
-                      period: int = 10) -> Callable[[np.ndarray, int], np.ndarray]:
+                      period: int = 10, spread: float = 0.8) -> Callable[[np.ndarray, int], np.ndarray]:
     """A scripted excitation for the planar pusher tasks (pusher at ``qpos[0:2]``, block at
     ``qpos[2:4]``): ``f(obs, tick) -> action``.
 
     ``excite``: every ``period`` ticks pick a new direction (roughly toward the table's middle)
     and speed; approach behind the block (3 ticks), push through it (5), back off (2): speed-ups,
     pushes and free slides that separate friction from mass (``reach``: how far behind the
-    block's centre the approach starts, m). ``constant``: one push along +x at
+    block's centre the approach starts, m; ``spread``: the push directions are uniform within
+    this many radians of the direction from the block to the table's middle: a smaller one keeps
+    the block nearer the middle, e.g. inside a camera's view). ``constant``: one push along +x at
     constant speed, which only fixes their product (a poorly excited set).
     """
     if kind not in ("excite", "constant"):
@@ -260,7 +262,7 @@ def pusher_excitation(task: Task, seed: int, kind: str = "excite", *, reach: flo
         if kind == "constant":
             return np.clip([pusher[0] + 0.02, block[1]], task.action_low, task.action_high)
         if k % period == 0:
-            ang = np.arctan2(-block[1], -block[0]) + rng.uniform(-0.8, 0.8)
+            ang = np.arctan2(-block[1], -block[0]) + rng.uniform(-spread, spread)
             mem["d"] = np.array([np.cos(ang), np.sin(ang)])
             mem["speed"] = rng.uniform(0.05, 0.15)
         d, ph = mem["d"], (k % period) / period
