@@ -54,3 +54,13 @@ def test_polish_measures_the_start_noise_again_at_the_fit_under_errors_in_variab
 def test_a_bad_polish_is_named(bad):
     with pytest.raises(TwinloopError, match=next(iter(bad))):
         CalibConfig(**bad)
+
+
+def test_the_quadruped_polishes_its_fit_by_default_and_other_tasks_do_not():
+    from twinloop.cli.generate import resolve
+    from twinloop.run.calibrate import CalibrateConfig
+
+    cfg, sources, _ = resolve(CalibrateConfig, "calibrate", None, {}, "task", lambda: "quadruped-walk")
+    assert cfg.calib.polish_evals == 300 and sources["calib.polish_evals"] == "task"
+    other, _, _ = resolve(CalibrateConfig, "calibrate", None, {"task": "block-push"}, "task", lambda: "quadruped-walk")
+    assert other.calib.polish_evals == 0
