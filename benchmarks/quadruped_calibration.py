@@ -1,5 +1,5 @@
-"""quadruped-walk calibration: the actuation delay judged vs profiled, and the error units vs
-each state component weighed by its noise.
+"""quadruped-walk calibration: the actuation delay judged vs profiled, the error units vs
+each state component weighed by its noise, and the fit polished with a finer secant.
 
 For each world seed (severity 2: every such world delays the actuators by 4 physics steps,
 20 ms, and observes with noise 0.5 mm, 0.005 rad, 0.01 m/s and rad/s), the robot walks 10
@@ -21,6 +21,9 @@ five parameters under each setting asked for:
   the trunk's mass answers the legs' forces; weighed by their noise, the velocities take over
   the fit instead: at the true parameters a window's joint rates miss by 15-50 noise stds
   (its start's noise, through stiff contacts and servos), its positions by 1-2.
+- ``polished``: as ``noise``, then least squares again from its fit within 300 more
+  evaluations, the Jacobian a secant over 0.1 prior stds instead of 0.2 (``polish_evals=300``,
+  ``polish_step=0.1``), the start noise's sensitivity measured again at the fit first.
 
 Reported per world and setting: the delay chosen, each parameter's estimate and relative error,
 whether its 95% interval holds the truth.
@@ -40,10 +43,29 @@ intervals cover the truth on at least as many worlds; otherwise ``profiled`` sta
 ``profiled`` rows of worlds 5 and 6 are those of the first rule's run. The default is then run
 once on the reported worlds 3 (the recipe's), 7 and 8, none of them tuned on.
 
+Selection rule for ``polished`` (written before any run of this script with it). The diagnosis
+before it: the objective of the ``noise`` fits (whitened as the fit whitens, at the delay found)
+is lower at the true parameters than at the fit on worlds 5, 12, 15 (tuning) and 3, 7
+(reported), most on world 7 (by 6%, where mass was 6.3% off), higher on 6 and 8: least squares
+with its 0.2-prior-std secant stops short of the minimum. Polishing the recorded ``noise`` fits
+of tuning worlds 12 and 15 (delay 4, 300 evaluations) with a secant of 0.05, 0.1 prior stds, or
+CMA-ES of step 0.02, lowered the objective below the truth's in every case; the largest of the
+mass and strength errors, averaged over the two, was 0.85% (0.05), 0.35% (0.1) and 1.2%
+(CMA-ES) against 2.3% unpolished, so 0.1 it is. ``polished`` becomes the quadruped's default
+when, over tuning worlds 5, 6, 12 and 15, its largest relative error over trunk mass and motor
+strength is smaller on average than ``noise``'s (2.0%, the runs of the previous rule) and both
+intervals cover the truth on at least as many worlds (4 of 4); otherwise ``noise`` stays. The
+rule's setting is then run once on the reported worlds 3, 7 and 8 and on 21 and 22, world seeds
+no run of this project had used (both heavy and weak, the hard kind: trunk 8.69 and 8.79 kg,
+motors 55.1 and 56.9 N m/rad), none of them tuned on; their walking episodes are collected as
+for the others (episode seeds 700000-700009).
+
     python benchmarks/quadruped_calibration.py --worlds 5 6 --settings judged profiled --out bench-quad
     python benchmarks/quadruped_calibration.py --worlds 12 15 --settings noise profiled --out bench-quad
     python benchmarks/quadruped_calibration.py --worlds 5 6 --settings noise --out bench-quad
     python benchmarks/quadruped_calibration.py --worlds 3 7 8 --settings noise --out bench-quad
+    python benchmarks/quadruped_calibration.py --worlds 5 6 12 15 --settings polished --out bench-quad
+    python benchmarks/quadruped_calibration.py --worlds 3 7 8 21 22 --settings polished --out bench-quad
 """
 
 from __future__ import annotations
@@ -69,6 +91,8 @@ SETTINGS = {
     "judged": {"delay_profile": 0, "weigh_by_noise": False, "start_noise": None, "use_velocity": True},
     "profiled": {"delay_profile": 1, "weigh_by_noise": False, "start_noise": None, "use_velocity": True},
     "noise": {"delay_profile": 1, "weigh_by_noise": True, "start_noise": SENSORS, "use_velocity": False},
+    "polished": {"delay_profile": 1, "weigh_by_noise": True, "start_noise": SENSORS, "use_velocity": False,
+                 "polish_evals": 300, "polish_step": 0.1},
 }
 
 

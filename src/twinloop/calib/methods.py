@@ -17,12 +17,13 @@ standard deviations, not an infinitesimal difference.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import cma
 import numpy as np
 from mujoco import minimize
 
-from twinloop.calib.problem import Objective, WindowProblem
+from twinloop.calib.problem import BudgetSpent, Objective, WindowProblem
 from twinloop.calib.windows import window_controls
 from twinloop.errors import TwinloopError
 from twinloop.params import ParamSpace
@@ -62,6 +63,26 @@ def _restarted_least_squares(fn: Objective, x0: np.ndarray, space: ParamSpace, m
 
 def fit_least_squares(fn: Objective, x0: np.ndarray, space: ParamSpace, cfg) -> None:
     _restarted_least_squares(fn, x0, space, cfg.max_iter, lambda x: fd_jacobian(fn, x, space, cfg.jac_step))
+
+
+def polish(problem: WindowProblem, x: np.ndarray, spent: int, cfg,
+           progress: Callable[[int, float], None] | None = None) -> tuple[WindowProblem, np.ndarray, int]:
+    """With ``cfg.polish_evals`` (a :class:`~twinloop.calib.fit.CalibConfig`): least squares
+    again from the fit ``x``, its Jacobian a secant over ``cfg.polish_step`` prior stds (the
+    fit's coarser ``jac_step`` secant can stop short of the minimum), the start noise's
+    sensitivity measured again at ``x`` first under errors in variables. Returns the problem,
+    the best point seen and the evaluations spent in all (``spent`` before the polish)."""
+    if not cfg.polish_evals:
+        return problem, x, spent
+    if problem.start_jac is not None:
+        problem, spent = problem.with_start_noise(x), spent + problem.start_noise_cost
+    fn = Objective(problem, cfg.polish_evals, progress, spent)
+    fn(x[None])
+    try:
+        fit_least_squares(fn, x, problem.space, replace(cfg, jac_step=cfg.polish_step))
+    except BudgetSpent:
+        pass
+    return problem, fn.best_x, spent + fn.n_evals
 
 
 def fit_cma(fn: Objective, x0: np.ndarray, space: ParamSpace, cfg) -> None:
@@ -151,4 +172,4 @@ class MjxJacobian:
 
 METHODS: dict[str, Callable] = {"least_squares": fit_least_squares, "cma": fit_cma, "mjx": fit_mjx}
 
-__all__ = ["METHODS", "MjxJacobian", "fd_jacobian", "fit_cma", "fit_least_squares", "fit_mjx"]
+__all__ = ["METHODS", "MjxJacobian", "fd_jacobian", "fit_cma", "fit_least_squares", "fit_mjx", "polish"]

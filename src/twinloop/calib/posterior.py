@@ -447,5 +447,15 @@ def interval(x: np.ndarray, cov: np.ndarray, space: ParamSpace) -> np.ndarray:
     return np.stack([np.maximum(x - 1.96 * sd, space.low), np.minimum(x + 1.96 * sd, space.high)], axis=1)
 
 
+def recentre(post: dict, estimate: np.ndarray, extra_cov: np.ndarray, space: ParamSpace, particles: int,
+             seed: int) -> None:
+    """``post`` (a :func:`summarize` result) moved onto ``estimate`` where that is not the fit
+    itself (the previous parameters kept, or a bootstrap's correction): its covariance widened
+    by ``extra_cov`` (the correction's own spread), its interval and particles centred there."""
+    post["covariance"] = post["covariance"] + extra_cov
+    post["interval"] = interval(estimate, post["covariance"], space)
+    post["particles"] = sample(estimate, post["covariance"], space, particles, seed)
+
+
 __all__ = ["Posterior", "correlation", "identifiability", "interval", "laplace", "local_fit", "log_directions",
-           "profile_factors", "sample", "summarize"]
+           "profile_factors", "recentre", "sample", "summarize"]
