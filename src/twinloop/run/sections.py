@@ -43,6 +43,10 @@ class PlannerConfig:
             ``evaluate`` or ``distill``) the refiner plans with: its estimate (or, with
             ``particles`` >= 2, its samples) in place of the nominal parameters. ``None``: the
             nominal twin.
+        candidate: with ``posterior``, plan with this one of the candidate twins its structure
+            choice ranked (``twinloop calibrate --structures``; its ``posterior.json`` names them:
+            ``nominal``, ``calibrated``, ``contact:elliptic``, ``contact:elliptic+fit`` ...) instead
+            of the one it chose. ``None``: its choice.
         llm: the language model of an ``llm+...`` optimizer (:class:`~twinloop.plan.LLMConfig`).
     """
 
@@ -53,6 +57,7 @@ class PlannerConfig:
     refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
     particles: int = 0
     posterior: str | None = None
+    candidate: str | None = None
     llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
@@ -65,6 +70,9 @@ class PlannerConfig:
                                                              low_open=True))
         if not isinstance(self.refiner, RefinerConfig):
             raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        if self.candidate is not None and self.posterior is None:
+            raise TwinloopError(f"candidate={self.candidate!r} names one of a posterior's candidate twins: give "
+                                "posterior too")
         if not isinstance(self.llm, LLMConfig):
             raise TwinloopError(f"llm must be an LLMConfig, got {type(self.llm).__name__}")
         if self.optimizer is not None and self.optimizer.startswith("llm") and self.refiner.iterations < 2:
