@@ -1,4 +1,4 @@
-"""`twinloop run --posterior P --validate-episodes N`: the candidate twins a calibration ranked are
+"""`twinloop run --posterior P --set planner.validate.episodes=N`: the candidate twins a calibration ranked are
 settled in closed loop in the run's world, on seeds held out from the measured ones, and the run
 plans with the nominal twin unless a candidate controls strictly better."""
 
@@ -15,6 +15,7 @@ from twinloop.calib.structure import choose_structure
 from twinloop.control import RefinerConfig
 from twinloop.errors import TwinloopError
 from twinloop.run.compare import RunConfig, build, run_comparison
+from twinloop.run.sections import TwinValidationConfig as V
 from twinloop.run.validation import validation_seeds
 from twinloop.tasks import make_task
 from twinloop.worlds import TwinWorld
@@ -48,7 +49,7 @@ def _run(posterior, out, **kw) -> RunConfig:
 
 def test_a_candidate_that_controls_worse_in_the_runs_world_is_not_planned_with(tmp_path, far_off):
     path, _ = far_off
-    summary = run_comparison(_run(path, tmp_path / "out", validate_episodes=2, validate_top=1), log=lambda _: None)
+    summary = run_comparison(_run(path, tmp_path / "out", validate=V(episodes=2, top=1)), log=lambda _: None)
     v = summary["twin_validation"]
     assert v["prediction_check_choice"] == "calibrated" and v["chosen"] == "nominal"
     scores = {s["name"]: s for s in v["scores"]}
@@ -61,7 +62,7 @@ def test_a_candidate_that_controls_worse_in_the_runs_world_is_not_planned_with(t
     # held-out seeds; the config recorded is the one asked for
     measured = {e["seed"] for rows in summary["per_episode"].values() for e in rows}
     assert not measured & set(v["seeds"]) and len(v["seeds"]) == 2
-    assert summary["config"]["validate_episodes"] == 2 and summary["config"]["planner"]["candidate"] is None
+    assert summary["config"]["planner"]["validate"]["episodes"] == 2 and summary["config"]["planner"]["candidate"] is None
 
 
 def test_a_named_candidate_is_rebuilt_from_the_posterior(far_off):
@@ -77,24 +78,25 @@ def test_a_named_candidate_is_rebuilt_from_the_posterior(far_off):
 
 def test_validation_seeds_never_meet_the_measured_or_monitor_seeds(far_off):
     path, _ = far_off
-    cfg = RunConfig(task="block-push", posterior=path, validate_episodes=5, episodes=20, seed=3)
+    cfg = RunConfig(task="block-push", posterior=path, validate=V(episodes=5), episodes=20, seed=3)
     assert not set(validation_seeds(cfg)) & set(cfg.experiment.episode_seeds())
-    for clash in ({"validate_seed": 300_005}, {"first_episode": 69_990}):
-        with pytest.raises(TwinloopError, match="must be held out"):
-            RunConfig(task="block-push", posterior=path, validate_episodes=5, episodes=20, seed=3, **clash)
+    with pytest.raises(TwinloopError, match="must be held out"):
+        RunConfig(task="block-push", posterior=path, validate=V(episodes=5, seed=300_005), episodes=20, seed=3)
+    with pytest.raises(TwinloopError, match="must be held out"):
+        RunConfig(task="block-push", posterior=path, validate=V(episodes=5), episodes=20, seed=3, first_episode=69_990)
     with pytest.raises(TwinloopError, match="monitor's"):
-        RunConfig(task="block-push", posterior=path, validate_episodes=2, monitor="flag", validate_seed=50_000)
+        RunConfig(task="block-push", posterior=path, validate=V(episodes=2, seed=50_000), monitor="flag")
 
 
 def test_bad_validation_input_is_refused_with_its_reason(tmp_path, far_off):
     path, x = far_off
-    with pytest.raises(TwinloopError, match="validate_episodes"):
-        RunConfig(task="block-push", posterior=path, validate_episodes=-1)
+    with pytest.raises(TwinloopError, match="validate.episodes"):
+        RunConfig(task="block-push", posterior=path, validate=V(episodes=-1))
     with pytest.raises(TwinloopError, match="give posterior"):
-        RunConfig(task="block-push", validate_episodes=2)
+        RunConfig(task="block-push", validate=V(episodes=2))
     with pytest.raises(TwinloopError, match="pass one of them"):
-        RunConfig(task="block-push", posterior=path, validate_episodes=2, candidate="nominal")
+        RunConfig(task="block-push", posterior=path, validate=V(episodes=2), candidate="nominal")
     plain = tmp_path / "plain.json"  # a calibration without --structures ranks no candidates
     plain.write_text(json.dumps(_fitted(make_task("block-push"), x).to_dict(), allow_nan=False))
     with pytest.raises(TwinloopError, match="records no candidate twins"):
-        run_comparison(_run(str(plain), tmp_path / "out", validate_episodes=2), log=lambda _: None)
+        run_comparison(_run(str(plain), tmp_path / "out", validate=V(episodes=2)), log=lambda _: None)

@@ -109,7 +109,6 @@ RUN_OPTIONS = {
     "planner.refiner.horizon": ("horizon",),
     "planner.noise": ("noise",),
     "planner.posterior": ("posterior",),
-    "validate_episodes": ("validate-episodes",),
     "realtime": ("realtime",),
     "monitor": ("monitor",),
     "observe": ("observe",),

@@ -38,7 +38,7 @@ class CalibrateConfig:
             held-out episodes; the best (the nominal twin unless one beats it) is recorded in
             ``posterior.json`` and ``summary.json`` (``structure``), and ``twinloop run
             --posterior`` plans with it; every ranked candidate is kept (``structure.candidates``)
-            for ``run --validate-episodes N`` to settle the choice in closed loop. Needs held-out
+            for ``run --set planner.validate.episodes=N`` to settle the choice in closed loop. Needs held-out
             episodes (``holdout``).
     """
 

@@ -108,18 +108,6 @@ class RunConfig:
             images with ``observe='rgb'``; ``None``: the task's shipped model (``push-t``).
         appearance: with ``observe='rgb'``, the appearance shift's severity (0..3; ``None``: the
             world's ``severity``), drawn by the world's seed.
-        validate_episodes: with ``planner.posterior`` a calibration that ranked candidate twins
-            (``twinloop calibrate --structures``): before the measured episodes, the nominal twin
-            and the ``validate_top`` candidates its prediction check ranks best above the nominal
-            twin each run this many refined episodes in the run's world, on seeds held out from
-            the measured ones (``validate_seed``), and the run plans with the one that controls
-            best (more successes, then a smaller median final error) only if it controls strictly
-            better than the nominal twin; ``summary.json`` (``twin_validation``) and the console
-            say which and why. Costs up to ``validate_episodes x (validate_top + 1)`` episodes. 0:
-            plan with the posterior's own choice.
-        validate_top: candidates the closed-loop validation runs besides the nominal twin.
-        validate_seed: the first validation episode's seed (``None``: ``seed * 100000 + 70000``);
-            the validation's seeds must not meet the measured episodes' or the monitor's.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -140,9 +128,6 @@ class RunConfig:
     observe: str = "state"
     perception: str | None = None
     appearance: int | None = None
-    validate_episodes: int = 0
-    validate_top: int = 3
-    validate_seed: int | None = None
 
     def __post_init__(self):
         for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("grasp", GraspConfig),
@@ -174,10 +159,6 @@ class RunConfig:
         self._check_validation()
 
     def _check_validation(self) -> None:
-        for name, low in (("validate_episodes", 0), ("validate_top", 0)):
-            object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
-        if self.validate_seed is not None:
-            object.__setattr__(self, "validate_seed", number(self.validate_seed, "validate_seed", low=0, integer=True))
         e = self.experiment
         monitored = [e.seed * 100_000 + 50_000 + i for i in range(self.monitor_episodes)] if self.monitor else []
         check_validation(self, monitored)
@@ -264,7 +245,7 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     (:func:`~twinloop.run.config.sources_of`). ``summary.json`` records both.
     """
     asked, validation = cfg, None  # summary.json records the config as asked
-    if cfg.validate_episodes:  # the twin settled in closed loop first: the run then plans with the winner
+    if cfg.planner.validate.episodes:  # the twin settled in closed loop first: the run then plans with the winner
         output_folder(cfg.experiment.out, mode)  # a bad --out fails before the validation's episodes
         cfg, validation = validate_planning_twin(cfg, log)
     task, world, proposer, refiner = build(cfg)  # the driver checks the twin and the output folder first

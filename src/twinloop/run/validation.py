@@ -1,14 +1,14 @@
-"""The twin a run plans with, settled by control (``twinloop run --posterior P --validate-episodes N``).
+"""The twin a run plans with, settled by control (``twinloop run --posterior P --set planner.validate.episodes=N``).
 
 A calibration with ``--structures`` ranks candidate twins (the nominal twin, the fit, contact
 models with the nominal and the fitted values) by a prediction check, and keeps what rebuilds
 each (:func:`~twinloop.calib.structure.candidate_record`). A twin can predict the task's cost
 terms better and still plan worse, so before its measured episodes a run can settle the choice
-in its own world: the nominal twin and the ``validate_top`` candidates the check ranks best
-above it each drive ``validate_episodes`` refined episodes on seeds held out from the measured
+in its own world: the nominal twin and the ``validate.top`` candidates the check ranks best
+above it each drive ``validate.episodes`` refined episodes on seeds held out from the measured
 ones, and the run plans with the one that controls best only if it controls strictly better
 than the nominal twin (:func:`~twinloop.calib.structure.validate_closed_loop`). The cost:
-``validate_episodes x (validate_top + 1)`` episodes at most.
+``validate.episodes x (validate.top + 1)`` episodes at most.
 """
 
 from __future__ import annotations
@@ -33,29 +33,30 @@ if TYPE_CHECKING:
 
 
 def validation_seeds(cfg: RunConfig) -> list[int]:
-    """Seeds of a run's closed-loop validation episodes: ``validate_seed + i`` (default
+    """Seeds of a run's closed-loop validation episodes: ``validate.seed + i`` (default
     ``seed * 100000 + 70000 + i``), apart from the measured episodes' block."""
-    first = cfg.validate_seed if cfg.validate_seed is not None else cfg.experiment.seed * 100_000 + 70_000
-    return [first + i for i in range(cfg.validate_episodes)]
+    v = cfg.planner.validate
+    first = v.seed if v.seed is not None else cfg.experiment.seed * 100_000 + 70_000
+    return [first + i for i in range(v.episodes)]
 
 
 def check_validation(cfg: RunConfig, monitor_seeds: Sequence[int] = ()) -> None:
     """Refuse a validation the run cannot do: without a posterior, beside a named candidate, or
     on seeds that meet the measured episodes' (or the monitor's ``monitor_seeds``)."""
-    if not cfg.validate_episodes:
+    if not cfg.planner.validate.episodes:
         return
     if cfg.planner.posterior is None:
-        raise TwinloopError(f"validate_episodes={cfg.validate_episodes} chooses among a calibration's candidate "
+        raise TwinloopError(f"validate.episodes={cfg.planner.validate.episodes} chooses among a calibration's candidate "
                             "twins: give posterior (a posterior.json of `twinloop calibrate --structures ...`)")
     if cfg.planner.candidate is not None:
         raise TwinloopError(f"planner.candidate={cfg.planner.candidate!r} names the twin to plan with and "
-                            f"validate_episodes={cfg.validate_episodes} chooses one: pass one of them")
+                            f"validate.episodes={cfg.planner.validate.episodes} chooses one: pass one of them")
     seeds = set(validation_seeds(cfg))
     for what, other in (("measured episodes'", cfg.experiment.episode_seeds()), ("monitor's", monitor_seeds)):
         clash = sorted(seeds & set(other))
         if clash:
             raise TwinloopError(f"the validation episodes' seeds {clash[:3]} are among the {what} seeds: choose "
-                                "validate_seed elsewhere (they must be held out)")
+                                "validate.seed elsewhere (they must be held out)")
 
 
 def closed_loop_choice(choice: TwinChoice, candidates: Sequence[TwinCandidate], world,
@@ -81,24 +82,26 @@ def closed_loop_choice(choice: TwinChoice, candidates: Sequence[TwinCandidate], 
 
 def validate_planning_twin(cfg: RunConfig, log: Callable[[str], None] = print) -> tuple[RunConfig, dict]:
     """Settle which of ``cfg.planner.posterior``'s candidate twins the run plans with, by
-    ``cfg.validate_episodes`` refined episodes each in the run's world (no monitor, nothing
+    ``cfg.planner.validate.episodes`` refined episodes each in the run's world (no monitor, nothing
     recorded). Returns the run's config planning with the winner (``planner.candidate``) and
     what ``summary.json`` says of it (``twin_validation``); the config no longer validates (it
     names its twin)."""
     from twinloop.run.build import build, controller_in_world
     from twinloop.run.compare import world_ticks
     from twinloop.run.planning import load_posterior, posterior_candidates
+    from twinloop.run.sections import TwinValidationConfig
 
     check_validation(cfg)
     e = cfg.experiment
-    quiet = replace(cfg, monitor=None, validate_episodes=0, experiment=replace(e, record=False, video=False, view=False))
+    off = replace(cfg.planner, validate=TwinValidationConfig())
+    quiet = replace(cfg, monitor=None, planner=off, experiment=replace(e, record=False, video=False, view=False))
     task, world, _, refiner = build(quiet)
     try:
         post = load_posterior(quiet, refiner.twin.param_space)
         cands = [TwinCandidate(r["name"], r["kind"], task, None, note=r) for r in posterior_candidates(quiet, post)]
         choice = TwinChoice.from_dict(post.structure["choice"], cands)
         seeds = validation_seeds(cfg)
-        log(f"closed-loop validation: the nominal twin and up to {cfg.validate_top} candidates the prediction check "
+        log(f"closed-loop validation: the nominal twin and up to {cfg.planner.validate.top} candidates the prediction check "
             f"passed, {len(seeds)} episodes each (seeds {seeds[0]}..{seeds[-1]})")
 
         def controller_of(c: TwinCandidate):
@@ -106,15 +109,15 @@ def validate_planning_twin(cfg: RunConfig, log: Callable[[str], None] = print) -
             own.close()  # the episodes run in the one world below
             return ctl
 
-        settled = closed_loop_choice(choice, cands, world, controller_of, seeds, top=cfg.validate_top,
+        settled = closed_loop_choice(choice, cands, world, controller_of, seeds, top=cfg.planner.validate.top,
                                      max_ticks=world_ticks(quiet, task, world), log=log)
     finally:
         world.close()
-    info = {"episodes": cfg.validate_episodes, "top": cfg.validate_top, "seeds": seeds,
+    info = {"episodes": cfg.planner.validate.episodes, "top": cfg.planner.validate.top, "seeds": seeds,
             "chosen": settled.chosen.name, "reason": settled.reason,
             "scores": [s._asdict() for s in settled.closed_loop],
             "prediction_check_choice": choice.chosen.name}
-    return replace(cfg, validate_episodes=0, planner=replace(cfg.planner, candidate=settled.chosen.name)), info
+    return replace(cfg, planner=replace(off, candidate=settled.chosen.name)), info
 
 
 __all__ = ["check_validation", "closed_loop_choice", "validate_planning_twin", "validation_seeds"]
