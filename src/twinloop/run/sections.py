@@ -42,10 +42,10 @@ class TwinValidationConfig:
     seed: int | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "episodes", number(self.episodes, "validate.episodes", low=0, integer=True))
-        object.__setattr__(self, "top", number(self.top, "validate.top", low=0, integer=True))
+        object.__setattr__(self, "episodes", number(self.episodes, "planner.validate.episodes", low=0, integer=True))
+        object.__setattr__(self, "top", number(self.top, "planner.validate.top", low=0, integer=True))
         if self.seed is not None:
-            object.__setattr__(self, "seed", number(self.seed, "validate.seed", low=0, integer=True))
+            object.__setattr__(self, "seed", number(self.seed, "planner.validate.seed", low=0, integer=True))
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,11 @@ def check_validation(cfg: RunConfig, monitor_seeds: Sequence[int] = ()) -> None:
     if not cfg.planner.validate.episodes:
         return
     if cfg.planner.posterior is None:
-        raise TwinloopError(f"validate.episodes={cfg.planner.validate.episodes} chooses among a calibration's candidate "
+        raise TwinloopError(f"planner.validate.episodes={cfg.planner.validate.episodes} chooses among a calibration's candidate "
                             "twins: give posterior (a posterior.json of `twinloop calibrate --structures ...`)")
     if cfg.planner.candidate is not None:
         raise TwinloopError(f"planner.candidate={cfg.planner.candidate!r} names the twin to plan with and "
-                            f"validate.episodes={cfg.planner.validate.episodes} chooses one: pass one of them")
+                            f"planner.validate.episodes={cfg.planner.validate.episodes} chooses one: pass one of them")
     seeds = set(validation_seeds(cfg))
     for what, other in (("measured episodes'", cfg.experiment.episode_seeds()), ("monitor's", monitor_seeds)):
         clash = sorted(seeds & set(other))
