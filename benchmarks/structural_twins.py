@@ -23,7 +23,7 @@ Rule, fixed before the runs (it selects nothing on the measured seeds):
 3. The automatic choice (:func:`~twinloop.calib.structure.choose_twin`): the candidate whose
    prediction of the task's cost terms over the 0.5 s horizon on the held-out episodes is best,
    if it beats the nominal twin; else the nominal twin. With ``--validate N`` (default 4)
-   the choice is settled in closed loop (:func:`~twinloop.calib.structure.validate_closed_loop`):
+   the choice is settled in closed loop (:func:`~twinloop.run.validation.closed_loop_choice`):
    the nominal twin and the ``--top`` candidates the check ranks best above it each run N
    refined episodes in the world on seeds 300.., the best controller chosen only if strictly
    better than the nominal twin.
@@ -48,18 +48,14 @@ from bullet_gap import rich_space as stage_space  # the task's space plus the pu
 
 from twinloop.calib.acceptance import AcceptanceConfig
 from twinloop.calib.fit import CalibConfig
-from twinloop.calib.structure import (
-    ClosedLoopScore,
-    choose_twin,
-    fit_candidates,
-    validate_closed_loop,
-)
+from twinloop.calib.structure import choose_twin, fit_candidates
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import Controller, Refiner, RefinerConfig
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
 from twinloop.run.compare import RunConfig, episode_seeds
 from twinloop.run.experiment import run_episode
+from twinloop.run.validation import closed_loop_choice
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
 from twinloop.worlds import make_world
@@ -112,14 +108,8 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
                            timestep=STEP, timesteps=args.timesteps)
     choice = choose_twin(task, check_eps, cands, AcceptanceConfig(horizon=HORIZON))
     if args.validate:
-        vseeds = range(300, 300 + args.validate)
-
-        def score(c):
-            r = success(world, Controller(refiner_of(c), make_proposer(task, "open-loop")), vseeds)
-            print(f"  validate {c.name}: {r['successes']}/{r['episodes']}", flush=True)
-            return ClosedLoopScore(c.name, r["successes"], r["episodes"], r["final_error_median"])
-
-        choice = validate_closed_loop(choice, cands, score, top=args.top)
+        choice = closed_loop_choice(choice, cands, world, lambda c: Controller(refiner_of(c), make_proposer(task, "open-loop")),
+                                    range(300, 300 + args.validate), top=args.top, log=lambda m: print(m, flush=True))
     fitted_s = time.perf_counter() - t0
     print(f"{world_name} {task_name}: {choice.reason}", flush=True)
     seeds = episode_seeds(RunConfig(task=task_name, episodes=args.episodes, seed=args.seed))

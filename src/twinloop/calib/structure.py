@@ -174,6 +174,34 @@ class TwinChoice:
                             for n, k, e, b in self.ranking],
                 "closed_loop": [s._asdict() for s in self.closed_loop]}
 
+    @classmethod
+    def from_dict(cls, d: dict, candidates: Sequence[TwinCandidate]) -> TwinChoice:
+        """The choice :meth:`to_dict` wrote, over ``candidates`` (rebuilt, e.g. by a run from
+        :func:`candidate_record` records): what :func:`validate_closed_loop` settles."""
+        by_name = {c.name: c for c in candidates}
+        try:
+            ranking = tuple((r["name"], r["kind"], np.inf if r["error"] is None else float(r["error"]),
+                             bool(r["beats_nominal"])) for r in d["ranking"])
+            chosen = by_name[d["chosen"]]
+            scores = tuple(ClosedLoopScore(**s) for s in d.get("closed_loop", ()))
+            nominal = np.inf if d["nominal_error"] is None else float(d["nominal_error"])
+            return cls(chosen, ranking, nominal, int(d["windows"]), int(d["horizon_ticks"]), str(d["reason"]), scores)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TwinloopError(f"not a recorded twin choice over candidates {sorted(by_name)}: {exc!r}") from exc
+
+
+def candidate_record(c: TwinCandidate) -> dict:
+    """What rebuilds ``c`` in another process (``posterior.json``'s ``structure.candidates``;
+    ``twinloop run --posterior`` plans with one): its name and kind, its contact model (a name of
+    :data:`CONTACT_MODELS`; ``None``: the scene's), its twin step (s; ``None``: the run's), which
+    values it plans with (``params``: ``fit`` | ``nominal``) and what they are (``values``, by
+    parameter name; ``None``: the nominal ones), and its actuation delay (s)."""
+    space = getattr(c.twin, "param_space", None)
+    values = None if c.params is None else dict(zip(space.names, map(float, c.params), strict=True))
+    return {"name": c.name, "kind": c.kind, "contact_model": c.note.get("contact_model"),
+            "timestep": c.note.get("timestep"), "params": c.note.get("params", "nominal" if values is None else "fit"),
+            "values": values, "actuation_delay": float(c.delay * c.twin.dt)}
+
 
 def choose_twin(task: Task, episodes: Sequence, candidates: Sequence[TwinCandidate],
                 config: AcceptanceConfig | None = None) -> TwinChoice:
@@ -333,7 +361,9 @@ def choose_structure(task: Task, held: Sequence, post, contact_models: Sequence[
     and each contact model of ``contact_models`` with the nominal values and with the fit, on
     ``held`` (episodes held out from the fit), and return the choice and what a posterior
     records of it (``{"contact_model": name or None, "params": "fit" | "nominal",
-    "choice": ...}``: what ``twinloop run --posterior`` plans with)."""
+    "choice": ..., "candidates": [...]}``: what ``twinloop run --posterior`` plans with, and
+    every ranked candidate's :func:`candidate_record`, which its closed-loop validation
+    rebuilds)."""
     space = task.param_space()
     if list(space.names) != list(post.names):
         raise TwinloopError(f"choose_structure ranks fits of the task's own parameters {space.names}, "
@@ -349,8 +379,9 @@ def choose_structure(task: Task, held: Sequence, post, contact_models: Sequence[
                                    post.estimate.copy(), fit_delay,
                                    note={"contact_model": None if not tag else name, "params": "fit"}))
     choice = choose_twin(task, held, cands, config)
-    return choice, {**choice.chosen.note, "choice": choice.to_dict()}
+    return choice, {**choice.chosen.note, "choice": choice.to_dict(),
+                    "candidates": [candidate_record(c) for c in cands]}
 
 
-__all__ = ["CONES", "CONTACT_MODELS", "TwinCandidate", "TwinChoice", "choose_structure", "choose_twin",
+__all__ = ["CONES", "CONTACT_MODELS", "TwinCandidate", "TwinChoice", "candidate_record", "choose_structure", "choose_twin",
            "contact_model", "fit_candidates", "named_contact_model", "ClosedLoopScore", "validate_closed_loop"]

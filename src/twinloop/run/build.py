@@ -21,7 +21,12 @@ from twinloop.control.hooks import acceptance_hooks
 from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
-from twinloop.run.planning import planning_choice, planning_model, planning_particles  # noqa: F401 - importable from here
+from twinloop.run.planning import (  # noqa: F401 - importable from here
+    planning_choice,
+    planning_model,
+    planning_particles,
+    planning_timestep,
+)
 from twinloop.tasks import make_task
 from twinloop.twin import make_twin
 from twinloop.worlds import PerEpisodeWorld, RealtimeWorld, TwinWorld, make_world, world_type
@@ -73,8 +78,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.monitor == "adapt" and not task.param_space().on("actuator"):
         raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.experiment.task!r} has none among "
                             f"{task.param_space().names}")
-    twin = refiner_twin(task, cfg.planner.backend, cfg.planner.twin_timestep, cfg.planner.refiner.horizon, cfg.experiment.seed, check_twin,
-                        planning_model(cfg, task))
+    twin = refiner_twin(task, cfg.planner.backend, planning_timestep(cfg), cfg.planner.refiner.horizon, cfg.experiment.seed,
+                        check_twin, planning_model(cfg, task))
     params, delay, _ = planning_choice(cfg, task, twin.param_space)  # a posterior that fails its check: nominal
     rcfg = cfg.planner.refiner
     rcfg = rcfg if delay == rcfg.actuation_delay else replace(rcfg, actuation_delay=delay)

@@ -37,7 +37,9 @@ class CalibrateConfig:
             with the fit, against the nominal twin and the fit by the control check on the
             held-out episodes; the best (the nominal twin unless one beats it) is recorded in
             ``posterior.json`` and ``summary.json`` (``structure``), and ``twinloop run
-            --posterior`` plans with it. Needs held-out episodes (``holdout``).
+            --posterior`` plans with it; every ranked candidate is kept (``structure.candidates``)
+            for ``run --set planner.validate.episodes=N`` to settle the choice in closed loop. Needs held-out
+            episodes (``holdout``).
     """
 
     task: str | None = None

@@ -45,6 +45,7 @@ from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import run_episode, summarize, write_partial
 from twinloop.run.planning import planning_choice, planning_message
 from twinloop.run.sections import ExperimentConfig, GraspConfig, PlannerConfig
+from twinloop.run.validation import check_validation, validate_planning_twin
 from twinloop.tasks import task_defaults
 from twinloop.viz.plots import plot_comparison
 from twinloop.viz.video import (
@@ -155,6 +156,12 @@ class RunConfig:
                 raise TwinloopError(f"appearance={self.appearance} shifts camera images; it needs observe='rgb'")
         if self.realtime:
             self._check_realtime()
+        self._check_validation()
+
+    def _check_validation(self) -> None:
+        e = self.experiment
+        monitored = [e.seed * 100_000 + 50_000 + i for i in range(self.monitor_episodes)] if self.monitor else []
+        check_validation(self, monitored)
 
     def _check_realtime(self) -> None:
         g = self.grasp or GraspConfig()
@@ -237,12 +244,18 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
     came from (:func:`~twinloop.run.config.configure`); ``None``: inferred from the values
     (:func:`~twinloop.run.config.sources_of`). ``summary.json`` records both.
     """
+    asked, validation = cfg, None  # summary.json records the config as asked
+    if cfg.planner.validate.episodes:  # the twin settled in closed loop first: the run then plans with the winner
+        output_folder(cfg.experiment.out, mode)  # a bad --out fails before the validation's episodes
+        cfg, validation = validate_planning_twin(cfg, log)
     task, world, proposer, refiner = build(cfg)  # the driver checks the twin and the output folder first
     view = None
     try:
         out = output_folder(cfg.experiment.out, mode)  # before the episodes: a bad --out fails now
         view = start_view(cfg, task, executor, log)
         planning = planning_choice(cfg, task, refiner.twin.param_space)[2]  # a posterior used, or why not
+        if validation is not None:
+            planning["reason"] = validation["reason"]
         if planning is not None:
             log(planning_message(planning))
         watch, monitor_info = None, None
@@ -257,8 +270,10 @@ def run_comparison(cfg: RunConfig, progress=None, log: Callable[[str], None] = p
         world.close()  # a remote world's socket, a real-time world's clock
         if view is not None:
             view.close()
-    summary = _summary(cfg, task, world, refiner, all_eps, sources)
+    summary = _summary(asked, task, world, refiner, all_eps, sources)
     summary["planning_twin"] = planning
+    if validation is not None:
+        summary["twin_validation"] = validation
     summary["wall_time_s"] = time.perf_counter() - t_start
     if monitor_info is not None:
         refined = all_eps["refined"]

@@ -8,7 +8,7 @@ import numpy as np
 
 from twinloop.calib.acceptance import planning_delay, planning_verdict
 from twinloop.calib.posterior import Posterior
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, choose
 
 
 def planning_choice(cfg, task, space) -> tuple[np.ndarray | None, float, dict | None]:
@@ -25,6 +25,15 @@ def planning_choice(cfg, task, space) -> tuple[np.ndarray | None, float, dict | 
     if cfg.posterior is None:
         return planning_particles(cfg, space), delay, None
     post = load_posterior(cfg, space)
+    rec = planning_candidate(cfg, post)
+    if rec is not None:  # a candidate twin named by planner.candidate (or chosen by a closed-loop validation)
+        used = rec["params"] == "fit"
+        if delay == 0:
+            delay = float(rec["actuation_delay"])
+        return planning_particles(cfg, space, post if used else None), delay, {
+            "path": cfg.posterior, "candidate": rec["name"], "contact_model": rec["contact_model"],
+            "timestep": planning_timestep(cfg, post), "used": used, "actuation_delay": delay,
+            "reason": f"candidate {rec['name']} of the posterior's ranked twins (planner.candidate)"}
     usable, why = planning_verdict(post)
     if post.structure is not None:  # the structure choice ranked the fit against the nominal twin itself
         usable, why = post.structure.get("params") == "fit", post.structure["choice"]["reason"]
@@ -50,8 +59,10 @@ def planning_model(cfg, task):
     structure choice picked (:func:`~twinloop.calib.structure.choose_structure`)."""
     if cfg.posterior is None:
         return task.model
-    structure = load_posterior(cfg, task.param_space()).structure
-    name = None if structure is None else structure.get("contact_model")
+    post = load_posterior(cfg, task.param_space())
+    rec = planning_candidate(cfg, post)
+    name = rec["contact_model"] if rec is not None else None if post.structure is None else post.structure.get(
+        "contact_model")
     if name is None:
         return task.model
     from twinloop.calib.structure import named_contact_model
@@ -59,8 +70,43 @@ def planning_model(cfg, task):
     return named_contact_model(task.model, name)
 
 
+def planning_timestep(cfg, post: Posterior | None = None) -> float | None:
+    """The twin step (s) the refiner plans at: the named candidate's (``planner.candidate``) where
+    it records one, else ``planner.twin_timestep``."""
+    if cfg.posterior is not None and cfg.planner.candidate is not None:
+        post = post if post is not None else Posterior.load(cfg.posterior)
+        step = planning_candidate(cfg, post)["timestep"]
+        if step is not None:
+            return float(step)
+    return cfg.planner.twin_timestep
+
+
+def posterior_candidates(cfg, post: Posterior) -> list[dict]:
+    """The candidate twins a posterior's structure choice ranked (each a
+    :func:`~twinloop.calib.structure.candidate_record`); a posterior without any is refused."""
+    recs = (post.structure or {}).get("candidates")
+    if not recs:
+        raise TwinloopError(f"posterior {cfg.posterior!r} records no candidate twins: rank some with "
+                            "`twinloop calibrate DATASET --structures elliptic,hard` (its posterior.json keeps them)")
+    return list(recs)
+
+
+def planning_candidate(cfg, post: Posterior) -> dict | None:
+    """The record of the candidate twin ``planner.candidate`` names, or ``None`` (none named)."""
+    name = cfg.planner.candidate
+    if name is None:
+        return None
+    by_name = {r["name"]: r for r in posterior_candidates(cfg, post)}
+    return by_name[choose(f"candidate twin of posterior {cfg.posterior!r}", name, tuple(by_name))]
+
+
 def planning_message(note: dict) -> str:
     """The console's line on a posterior's use (``note`` of :func:`planning_choice`)."""
+    if note.get("candidate"):
+        model = note["contact_model"] or "the scene's contact model"
+        values = "the calibrated values" if note["used"] else "the nominal values"
+        step = "" if note.get("timestep") is None else f", twin step {1000 * note['timestep']:g} ms"
+        return f"planning with candidate twin {note['candidate']} ({model}, {values}{step}; {note['path']}): {note['reason']}"
     if note.get("contact_model"):
         values = "the calibrated values" if note["used"] else "the nominal values"
         return f"planning with contact model {note['contact_model']} and {values} ({note['path']}): {note['reason']}"
@@ -95,4 +141,5 @@ def planning_particles(cfg, space, post: Posterior | None = None) -> np.ndarray 
     return space.prior_particles(np.random.default_rng([cfg.seed, 3]), cfg.particles)
 
 
-__all__ = ["load_posterior", "planning_choice", "planning_message", "planning_particles"]
+__all__ = ["load_posterior", "planning_candidate", "planning_choice", "planning_message", "planning_particles",
+           "planning_timestep", "posterior_candidates"]

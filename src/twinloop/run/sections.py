@@ -18,6 +18,37 @@ from twinloop.worlds import SEEDED_WORLDS, resolve_world
 
 
 @dataclass(frozen=True)
+class TwinValidationConfig:
+    """The closed-loop validation of a posterior's candidate twins before a run's measured episodes.
+
+    Attributes:
+        episodes: with ``posterior`` a calibration that ranked candidate twins (``twinloop
+            calibrate --structures``): before the measured episodes, the nominal twin and the
+            ``top`` candidates its prediction check ranks best above the nominal twin each run
+            this many refined episodes in the run's world, on seeds held out from the measured
+            ones (``seed``), and the run plans with the one that controls best (more successes,
+            then a smaller median final error) only if it controls strictly better than the
+            nominal twin; ``summary.json`` (``twin_validation``) and the console say which and
+            why. Costs up to ``episodes x (top + 1)`` episodes. 0: plan with the posterior's own
+            choice.
+        top: candidates the closed-loop validation runs besides the nominal twin.
+        seed: the first validation episode's seed (``None``: the run's ``seed * 100000 +
+            70000``); the validation's seeds must not meet the measured episodes' or the
+            monitor's.
+    """
+
+    episodes: int = 0
+    top: int = 3
+    seed: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "episodes", number(self.episodes, "planner.validate.episodes", low=0, integer=True))
+        object.__setattr__(self, "top", number(self.top, "planner.validate.top", low=0, integer=True))
+        if self.seed is not None:
+            object.__setattr__(self, "seed", number(self.seed, "planner.validate.seed", low=0, integer=True))
+
+
+@dataclass(frozen=True)
 class PlannerConfig:
     """How the refined controller plans: the optimizer, the twin and the refiner's knobs.
 
@@ -43,6 +74,12 @@ class PlannerConfig:
             ``evaluate`` or ``distill``) the refiner plans with: its estimate (or, with
             ``particles`` >= 2, its samples) in place of the nominal parameters. ``None``: the
             nominal twin.
+        candidate: with ``posterior``, plan with this one of the candidate twins its structure
+            choice ranked (``twinloop calibrate --structures``; its ``posterior.json`` names them:
+            ``nominal``, ``calibrated``, ``contact:elliptic``, ``contact:elliptic+fit`` ...) instead
+            of the one it chose. ``None``: its choice.
+        validate: with ``posterior``, settle its candidate twins in closed loop before the
+            measured episodes (:class:`TwinValidationConfig`; ``twinloop run`` only).
         llm: the language model of an ``llm+...`` optimizer (:class:`~twinloop.plan.LLMConfig`).
     """
 
@@ -53,6 +90,8 @@ class PlannerConfig:
     refiner: RefinerConfig = field(default_factory=lambda: RefinerConfig(num_samples=32, horizon=0.5))
     particles: int = 0
     posterior: str | None = None
+    candidate: str | None = None
+    validate: TwinValidationConfig = field(default_factory=TwinValidationConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
 
     def __post_init__(self):
@@ -65,6 +104,11 @@ class PlannerConfig:
                                                              low_open=True))
         if not isinstance(self.refiner, RefinerConfig):
             raise TwinloopError(f"refiner must be a RefinerConfig, got {type(self.refiner).__name__}")
+        if self.candidate is not None and self.posterior is None:
+            raise TwinloopError(f"candidate={self.candidate!r} names one of a posterior's candidate twins: give "
+                                "posterior too")
+        if not isinstance(self.validate, TwinValidationConfig):
+            raise TwinloopError(f"validate must be a TwinValidationConfig, got {type(self.validate).__name__}")
         if not isinstance(self.llm, LLMConfig):
             raise TwinloopError(f"llm must be an LLMConfig, got {type(self.llm).__name__}")
         if self.optimizer is not None and self.optimizer.startswith("llm") and self.refiner.iterations < 2:
