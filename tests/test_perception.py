@@ -78,6 +78,17 @@ def test_shipped_push_t_model_reads_the_block_pose_on_held_out_appearance():
     assert np.degrees(np.abs(np.angle(np.exp(1j * (pred[:, 2] - truth[:, 2]))))).mean() < 5.0
 
 
+
+def test_shipped_push_t_model_reads_the_pose_near_the_goal_within_3_mm_and_2_degrees():
+    # where the 95% coverage test decides; a model trained on reset states only errs more there
+    shipped = load_perception("push-t", "push-t")
+    task = make_task("push-t")
+    rng, look = np.random.default_rng(5), np.random.default_rng([5, 7])
+    images, truth = render_dataset(task, 40, rng, shipped.meta.size, lambda: 2.0, look_rng=look, near_goal=1.0)
+    pred = shipped.predict_batch(images)
+    assert np.linalg.norm(pred[:, :2] - truth[:, :2], axis=1).mean() < 0.003  # m
+    assert np.degrees(np.abs(np.angle(np.exp(1j * (pred[:, 2] - truth[:, 2]))))).mean() < 2.0
+
 def test_an_unknown_checkpoint_names_the_shipped_models():
     with pytest.raises(TwinloopError, match="shipped model .*push-t"):
         load_perception("no-such-model")
