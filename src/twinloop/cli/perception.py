@@ -14,7 +14,7 @@ from twinloop.perception.train import PerceptionConfig
 group = typer.Typer(no_args_is_help=True, help="Perception: the twin's state from camera images (needs PyTorch).")
 
 TRAIN_OPTIONS = {name: (name.replace("_", "-"),) for name in
-                 ("task", "samples", "epochs", "size", "width", "batch", "lr", "seed", "threads", "severity",
+                 ("task", "samples", "near_goal", "epochs", "size", "width", "batch", "lr", "seed", "threads", "severity",
                   "eval_worlds", "eval_states", "out")}
 
 
@@ -23,10 +23,11 @@ def _report(cfg: PerceptionConfig, model, extra: dict) -> dict:
     from twinloop.perception import evaluate_perception
 
     ev = evaluate_perception(model, cfg.severity, cfg.eval_worlds, cfg.eval_states, cfg.seed)
-    for what, unit in (("position_error", "mm"), ("angle_error", "deg")):
-        if f"{what}_mean_{unit}" in ev:
-            console.print(f"{what.replace('_', ' ')}: mean {ev[f'{what}_mean_{unit}']:.3g} {unit}, "
-                          f"95th percentile {ev[f'{what}_p95_{unit}']:.3g} {unit}")
+    for where, e in (("", ev), ("near the goal: ", ev.get("near_goal", {}))):
+        for what, unit in (("position_error", "mm"), ("angle_error", "deg")):
+            if f"{what}_mean_{unit}" in e:
+                console.print(f"{where}{what.replace('_', ' ')}: mean {e[f'{what}_mean_{unit}']:.3g} {unit}, "
+                              f"95th percentile {e[f'{what}_p95_{unit}']:.3g} {unit}")
     console.print(f"{ev['ms_per_frame']:.2f} ms per frame ({ev['threads']} threads), {ev['frames']} frames")
     return {**extra, "held_out": ev}
 

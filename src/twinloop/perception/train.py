@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twinloop.errors import number
+from twinloop.errors import TwinloopError, number
 from twinloop.perception.model import Meta, Perception, encode, n_outputs, network
 from twinloop.tasks import make_task
 from twinloop.worlds.camera import (
@@ -35,6 +35,9 @@ class PerceptionConfig:
     Attributes:
         task: the task whose keypoints it predicts (``Task.seen``).
         samples: rendered training images.
+        near_goal: the fraction of them whose state is drawn near the goal
+            (``Task.near_goal_state``: where a controller must read the pose most accurately,
+            and the reset distribution rarely goes), the rest from the reset distribution.
         epochs: passes over them.
         size: image side (px); a camera world must render the same.
         width: channels of the network's first convolution.
@@ -44,12 +47,14 @@ class PerceptionConfig:
         threads: PyTorch CPU threads.
         severity: the appearance shift the evaluation's worlds draw (0..3).
         eval_worlds: world seeds of the evaluation (held-out appearances).
-        eval_states: states rendered per evaluation world.
+        eval_states: states rendered per evaluation world (as many again near the goal, where
+            the task draws such states).
         out: the checkpoint written.
     """
 
     task: str = "push-t"
     samples: int = 12000
+    near_goal: float = 0.5
     epochs: int = 30
     size: int = 96
     width: int = 16
@@ -67,6 +72,7 @@ class PerceptionConfig:
                           ("eval_states", 1), ("seed", 0)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         number(self.lr, "lr", low=0, low_open=True)
+        number(self.near_goal, "near_goal", low=0, high=1)
         number(self.severity, "severity", low=0, high=3, integer=True)
 
 
@@ -79,17 +85,22 @@ def keypoints_of(task) -> tuple[list[int], tuple[bool, ...]]:
 
 
 def render_dataset(task, n: int, rng: np.random.Generator, size: int, level: Callable[[], float],
-                   look_rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(images (n, S, S, 3) uint8, keypoints (n, k))`` of the twin in states drawn from the
-    task's reset distribution by ``rng``, each under an appearance of ``level()`` drawn from
-    ``look_rng`` (default ``rng``)."""
+                   look_rng: np.random.Generator | None = None, near_goal: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """``(images (n, S, S, 3) uint8, keypoints (n, k))`` of the twin in states drawn by ``rng``:
+    each near the goal (``task.near_goal_state``) with probability ``near_goal``, else from the
+    task's reset distribution; each under an appearance of ``level()`` drawn from ``look_rng``
+    (default ``rng``)."""
     idx, _ = keypoints_of(task)
+    number(near_goal, "near_goal", low=0, high=1)
+    if near_goal > 0 and task.near_goal_state(np.random.default_rng(0)) is None:
+        raise TwinloopError(f"task {task.name!r} draws no near-goal states (Task.near_goal_state): set near_goal=0")
     cam = SceneCamera(task.model, with_size(task_cameras(task)[:1], size))
     look_rng = rng if look_rng is None else look_rng
     images, values = np.empty((n, size, size, 3), np.uint8), np.empty((n, len(idx)))
     try:
         for i in range(n):
-            state = task.initial_state(rng)
+            near = near_goal > 0 and rng.uniform() < near_goal  # no draw at 0: the reset-only stream unchanged
+            state = task.near_goal_state(rng) if near else task.initial_state(rng)
             cam.set_appearance(draw_appearance(task.model, look_rng, level()))
             images[i] = next(iter(cam.render(state[: task.model.nq], rng).values()))
             cam.data.qvel[:] = 0.0
@@ -109,7 +120,8 @@ def train_perception(cfg: PerceptionConfig, log: Callable[[str], None] = print) 
     torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     rng = np.random.default_rng([cfg.seed, 11])
-    images, values = render_dataset(task, cfg.samples, rng, cfg.size, lambda: rng.uniform(0.0, 3 * TRAIN_SCALE))
+    images, values = render_dataset(task, cfg.samples, rng, cfg.size, lambda: rng.uniform(0.0, 3 * TRAIN_SCALE),
+                                    near_goal=cfg.near_goal)
     render_s = time.perf_counter() - t0
     log(f"rendered {cfg.samples} training images in {render_s:.0f} s")
     mean = tuple(0.0 if a else float(values[:, i].mean()) for i, a in enumerate(angles))
@@ -155,33 +167,51 @@ def point_groups(names: tuple[str, ...], angles: tuple[bool, ...]) -> list[list[
     return groups
 
 
-def evaluate_perception(model: Perception, severity: int, worlds, states: int, seed: int = 0) -> dict:
-    """Errors of ``model`` on renders under the appearance of camera worlds (``severity``,
-    each world seed in ``worlds``), ``states`` states each, against the true keypoints:
-    point position error (mm; several points: their mean per frame) and angle error (degrees),
-    mean and 95th percentile, and
-    milliseconds per frame (one image at a time on one CPU thread, the model's forward pass)."""
-    import torch
-
-    task = make_task(model.meta.task)
-    truth, images = [], []
-    for w in worlds:
-        look, rng = np.random.default_rng([int(w), 7]), np.random.default_rng([seed, 13, int(w)])
-        im, v = render_dataset(task, states, rng, model.meta.size, lambda: float(severity), look_rng=look)
-        images.append(im), truth.append(v)
-    images, truth = np.concatenate(images), np.concatenate(truth)
-    pred = model.predict_batch(images)
-    out: dict = {"task": task.name, "severity": int(severity), "worlds": [int(w) for w in worlds],
-                 "frames": int(len(images)), "image_size": model.meta.size}
+def errors(model: Perception, pred: np.ndarray, truth: np.ndarray) -> dict:
+    """``(N, k)`` predicted and true keypoints -> point position error (mm; several points:
+    their mean per frame) and angle error (degrees), each mean and 95th percentile."""
+    out: dict = {}
     groups = point_groups(model.meta.keypoints, model.meta.angles)
     if groups:
-        err = np.mean([np.linalg.norm(pred[:, g] - truth[:, g], axis=1) for g in groups], axis=0) if len(groups) > 1 \
-            else np.linalg.norm(pred[:, groups[0]] - truth[:, groups[0]], axis=1)
+        err = np.mean([np.linalg.norm(pred[:, g] - truth[:, g], axis=1) for g in groups], axis=0)
         out.update(position_error_mean_mm=1000 * float(err.mean()), position_error_p95_mm=1000 * float(np.percentile(err, 95)))
     ang = [i for i, a in enumerate(model.meta.angles) if a]
     if ang:
         d = np.abs(np.angle(np.exp(1j * (pred[:, ang] - truth[:, ang])))).ravel()
         out.update(angle_error_mean_deg=float(np.degrees(d.mean())), angle_error_p95_deg=float(np.degrees(np.percentile(d, 95))))
+    return out
+
+
+def held_out_renders(task, model: Perception, severity: int, worlds, states: int, seed: int,
+                     near_goal: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Images and true keypoints of ``states`` states in each world of ``worlds`` under its
+    appearance (``severity``), the states drawn near the goal with probability ``near_goal``."""
+    truth, images = [], []
+    for w in worlds:
+        look = np.random.default_rng([int(w), 7])
+        rng = np.random.default_rng([seed, 13, int(w)] + ([17] if near_goal else []))
+        im, v = render_dataset(task, states, rng, model.meta.size, lambda: float(severity), look_rng=look,
+                               near_goal=near_goal)
+        images.append(im), truth.append(v)
+    return np.concatenate(images), np.concatenate(truth)
+
+
+def evaluate_perception(model: Perception, severity: int, worlds, states: int, seed: int = 0) -> dict:
+    """Errors (:func:`errors`) of ``model`` on renders under the appearance of camera worlds
+    (``severity``, each world seed in ``worlds``) against the true keypoints: ``states`` states
+    each from the task's reset distribution and, where the task draws them, as many near the
+    goal (``near_goal``); and milliseconds per frame (one image at a time on one CPU thread,
+    the model's forward pass)."""
+    import torch
+
+    task = make_task(model.meta.task)
+    images, truth = held_out_renders(task, model, severity, worlds, states, seed)
+    out: dict = {"task": task.name, "severity": int(severity), "worlds": [int(w) for w in worlds],
+                 "frames": int(len(images)), "image_size": model.meta.size,
+                 **errors(model, model.predict_batch(images), truth)}
+    if task.near_goal_state(np.random.default_rng(0)) is not None:
+        near, near_truth = held_out_renders(task, model, severity, worlds, states, seed, near_goal=1.0)
+        out["near_goal"] = {"frames": int(len(near)), **errors(model, model.predict_batch(near), near_truth)}
     torch.set_num_threads(1)  # one frame's small convolutions: threads would only wait on each other
     model.predict({model.meta.camera: images[0]})  # warm-up
     t0 = time.perf_counter()

@@ -222,6 +222,12 @@ class Task:
         An episode stops at a failure. Default: never fails."""
         return ""
 
+    def near_goal_state(self, rng: np.random.Generator) -> np.ndarray | None:
+        """A state ``[qpos, qvel, act]`` near the goal, as a controller leaves the scene there
+        (what a perception model must read most accurately, and the reset distribution rarely
+        draws), or ``None``: the task draws none. Default: none."""
+        return None
+
     def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
         """What the robot's sensors report (noise-free), shape ``(len(obs_names),)``.
         Default: the full twin state ``[qpos, qvel, act]``."""

@@ -288,6 +288,30 @@ class PushT(Task):
             return np.concatenate([qpos, np.zeros(self.model.nv)])
         raise TwinloopError("push-t: could not draw a valid start state in 1000 tries")  # pragma: no cover
 
+    #: near-goal states: the block within this distance (m) and yaw (rad) of the goal, the
+    #: pusher within this gap (m) of the block (see :meth:`near_goal_state`)
+    NEAR_GOAL = (0.03, 0.35, 0.03)
+
+    def near_goal_state(self, rng: np.random.Generator) -> np.ndarray:
+        """The block near the goal pose and the pusher beside it, as a refined push leaves them.
+        The offset's scale is log-uniform in [0.1, 1] of :attr:`NEAR_GOAL` (most draws close to
+        the goal, where Push-T's 95% coverage test decides), its direction uniform: position
+        uniform in a disc of that radius, yaw uniform within it; the pusher 0.5 mm to
+        ``NEAR_GOAL[2]`` clear of the block. Successful poses included."""
+        pos, rot, gap = self.NEAR_GOAL
+        lim = WORKSPACE - 0.010
+        for _ in range(1000):
+            f = np.exp(rng.uniform(np.log(0.1), 0.0))
+            r, a = pos * f * np.sqrt(rng.uniform()), rng.uniform(-np.pi, np.pi)
+            pose = self.goal + (r * np.cos(a), r * np.sin(a), rot * f * rng.uniform(-1.0, 1.0))
+            pusher = to_world(pose, CENTROID) + rng.uniform(-0.1, 0.1, 2)
+            clear = distance_to_t(pose, pusher) - PUSHER_RADIUS
+            if not 0.0005 <= clear <= gap or np.abs(pusher).max() > lim:
+                continue
+            qpos = np.array([pusher[0], pusher[1], pose[0], pose[1], 0.0, wrap(pose[2])])
+            return np.concatenate([qpos, np.zeros(self.model.nv)])
+        raise TwinloopError("push-t: could not draw a near-goal state in 1000 tries")  # pragma: no cover
+
     def hold_action(self, state: np.ndarray) -> np.ndarray:
         """The action that keeps the pusher where it is."""
         return np.clip(np.asarray(state)[0:2], self.action_low, self.action_high)
