@@ -615,3 +615,17 @@ def test_a_profiled_delay_is_the_one_whose_fit_predicts_held_out_episodes_best(t
     assert profiled.holdout_error[1] < judged.holdout_error[1]
     assert profiled.n_evals > 2 * judged.n_evals  # three fits
     np.testing.assert_allclose(profiled.estimate, TRUTH, rtol=0.05)
+
+
+def test_pusher_excitation_spread_bounds_the_push_directions_around_the_tables_middle():
+    from twinloop.tasks.scripted import pusher_excitation
+
+    task = make_task("push-t")
+    obs = np.zeros(len(task.obs_names))
+    obs[2:4] = (0.1, 0.0)  # block right of the middle: the middle lies along -x
+    for seed in range(20):
+        act = pusher_excitation(task, seed, reach=0.09, spread=0.05)(obs, 0)  # approach behind the block
+        d = obs[2:4] - act  # from the approach point to the block: the push direction
+        assert abs(np.arctan2(d[1], -d[0])) <= 0.05 + 1e-9
+    wide = [pusher_excitation(task, s, reach=0.09)(obs, 0) for s in range(20)]
+    assert max(abs(np.arctan2((obs[3] - a[1]), -(obs[2] - a[0]))) for a in wide) > 0.3  # the task's 0.8 rad
