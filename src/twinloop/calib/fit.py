@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -271,16 +271,14 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
         policy: with ``config.bootstrap``, the policy that recorded each episode, by the
             episode's index (``policy(index) -> f(obs, tick) -> action``, e.g.
             ``lambda i: task.excitation(i)`` for excitation episodes recorded with seed ``i``
-            from the world's reset for that seed): the simulated data sets then run it closed
-            loop, reacting to their own noise as the recording did; ``None``: they replay the
-            recorded actions.
+            from the world's reset for that seed): the simulated data sets then run it closed loop,
+            reacting to their own noise as the recording did; ``None``: they replay the actions.
 
     Returns:
         The :class:`Posterior`.
     """
     t_start = time.perf_counter()
-    cfg = config or CalibConfig()
-    cfg = cfg if method is None else CalibConfig(**{**asdict(cfg), "method": method})
+    cfg = replace(config or CalibConfig(), **({} if method is None else {"method": method}))
     space = _space_to_fit(task, space, cfg)
     x0 = space.nominal if x0 is None else space.check(np.asarray(x0, dtype=float), "x0")
     train, held = _train_and_holdout(task, episodes, holdout, cfg)
@@ -291,8 +289,7 @@ def calibrate(task: Task, episodes: Sequence, space: ParamSpace | None = None, m
     problem, x, n_fit = polish(problem, x, n_fit, cfg, progress)
     bias, bias_cov, n_boot = _bootstrap(task, problem, train, x, x0, twin, cfg, policy, window_problem)
     corrected = np.clip(x - bias, space.low, space.high)
-    # the posterior's local fit is simulated outside the fitting budget
-    local = Objective(problem)
+    local = Objective(problem)  # the posterior's local fit is simulated outside the fitting budget
     r0, r_fit = problem.residuals(np.stack([x0, corrected]), whiten=False)  # plain state errors, before/after
     post = summarize(local, x, space, jac_step=cfg.jac_step, null_tol=cfg.null_tol, max_rel_width=cfg.max_rel_width,
                      max_corr=cfg.max_corr, particles=cfg.particles, seed=cfg.seed)
