@@ -163,7 +163,8 @@ def to_table(files: list[str], table: str) -> None:
     data = json.loads(path.read_text()) if path.is_file() else {"rows": {}}
     data["note"] = ("Base: open-loop (brittle). One row per twin the refiner plans in; 'automatic' is the "
                     "candidate choose_twin picked on held-out world episodes (named in the row). "
-                    "Raw results: results/structural-twins/.")
+                    "Raw results: results/structural-twins/. Rows whose command says --accept always sent the refined "
+                    "plan every tick (no acceptance rule; twinloop run's default is planner.refiner.accept=robust).")
     for f in files:
         d = json.loads(Path(f).read_text())
         for st in d["settings"]:
