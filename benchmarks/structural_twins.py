@@ -86,16 +86,17 @@ def refiner_of(c, cfg: RunConfig) -> Refiner:
     return Refiner(c.task, c.twin, optimizer, rcfg, params=None if c.params is None else c.params[None])
 
 
-def controller_of(c, cfg: RunConfig) -> Controller:
+def controller_of(c, cfg: RunConfig, task) -> Controller:
     """The refined controller planning in candidate ``c``, built as ``twinloop run`` builds its
-    own (its state estimator, candidate sources and acceptance rule)."""
-    return refined_controller(cfg, c.task, make_proposer(c.task, "open-loop"), refiner_of(c, cfg))
+    own (its state estimator, candidate sources and acceptance rule); the open-loop base is
+    rehearsed in ``task`` (the world's task, also for a task-variant candidate)."""
+    return refined_controller(cfg, c.task, make_proposer(task, "open-loop"), refiner_of(c, cfg))
 
 
 def world_episodes(world, task, nominal, seeds, ticks, cfg: RunConfig) -> list:
     """Excitation and nominal-refined episodes recorded in ``world`` (one of each per seed)."""
     out = [record_trajectory(world, task.excitation(s), s, ticks) for s in seeds]
-    ctl = controller_of(nominal, cfg)
+    ctl = controller_of(nominal, cfg, task)
     for s in seeds:
         ctl.reset(s)
         out.append(record_trajectory(world, lambda obs, _k: ctl.act(obs), s, ticks))
@@ -133,7 +134,7 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
                            timestep=STEP, timesteps=args.timesteps)
     choice = choose_twin(task, check_eps, cands, AcceptanceConfig(horizon=HORIZON))
     if args.validate:
-        choice = closed_loop_choice(choice, cands, world, lambda c: controller_of(c, cfg),
+        choice = closed_loop_choice(choice, cands, world, lambda c: controller_of(c, cfg, task),
                                     range(300, 300 + args.validate), top=args.top, log=lambda m: print(m, flush=True))
     fitted_s = time.perf_counter() - t0
     print(f"{world_name} {task_name}: {choice.reason}", flush=True)
@@ -146,7 +147,7 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
     # the chosen twin's row first, then the others (each saved as it ends)
     keep = {c.name for c in cands} if "all" in args.rows else {choice.chosen.name, *args.rows}
     for c in sorted((c for c in cands if c.name in keep), key=lambda c: c is not choice.chosen):
-        rows[c.name] = success(world, controller_of(c, cfg), seeds)
+        rows[c.name] = success(world, controller_of(c, cfg, task), seeds)
         r = rows[c.name]
         print(f"  {c.name}: {r['successes']}/{r['episodes']} [{r['ci'][0]:.0%}, {r['ci'][1]:.0%}]", flush=True)
         out["automatic"] = {"candidate": choice.chosen.name, **rows[choice.chosen.name]}

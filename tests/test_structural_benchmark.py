@@ -34,7 +34,7 @@ def test_benchmark_controller_runs_the_cli_episode(accept):
         cfg = set_path(cfg, "planner.refiner.accept", accept)
     own, cli = controller_in_world(cfg, "refined")
     own.close()
-    ours = bench.controller_of(nominal, bench.run_config("block-push", "pymunk", accept))
+    ours = bench.controller_of(nominal, bench.run_config("block-push", "pymunk", accept), task)
     assert ours.refiner.config == cli.refiner.config
     assert [type(h) for h in ours.hooks] == [type(h) for h in cli.hooks]
     world = make_world(task, "pymunk")
@@ -47,6 +47,6 @@ def test_the_acceptance_rule_changes_the_episode():
     task = make_task("block-push")
     nominal = fit_candidates(task, [], contact_models=(), timestep=bench.STEP)[0]
     world = make_world(task, "pymunk")
-    r = [run_episode(world, bench.controller_of(nominal, bench.run_config("block-push", "pymunk", a)), SEED,
+    r = [run_episode(world, bench.controller_of(nominal, bench.run_config("block-push", "pymunk", a), task), SEED,
                      record=False) for a in ("robust", "always")]
     assert r[0].final_error != r[1].final_error
