@@ -4,7 +4,12 @@ Worlds: ``pymunk`` (a 2-D engine: rigid stick-slip floor friction, 2-D contacts,
 velocity-capped stage) and ``bullet`` (PyBullet: a free block, product friction, a
 force-limited constraint stage), each with block-push and push-t. The base is brittle on
 purpose: ``open-loop`` (the task's script rehearsed once in the nominal twin, then replayed).
-The refiner is ``twinloop run``'s default (MPPI, K=32, 0.5 s horizon, 10 ms twin step).
+The refiner is ``twinloop run``'s default (MPPI, K=32, 0.5 s horizon, 10 ms twin step), and every
+refined controller is built as ``twinloop run`` builds its own
+(:func:`twinloop.run.build.refined_controller`): its acceptance rule (``--accept``, default the
+run's ``robust``) included, so a row here and ``twinloop run`` with the same world, twin and seeds
+run the same episodes. Result files written before ``--accept`` existed were measured with
+controllers that sent the refined plan every tick: ``--accept always`` reproduces them.
 
 Rule, fixed before the runs (it selects nothing on the measured seeds):
 
@@ -41,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +56,11 @@ from twinloop.calib.acceptance import AcceptanceConfig
 from twinloop.calib.fit import CalibConfig
 from twinloop.calib.structure import choose_twin, fit_candidates
 from twinloop.calib.windows import record_trajectory
-from twinloop.control import Controller, Refiner, RefinerConfig
+from twinloop.control import Controller, Refiner
+from twinloop.control.hooks import ACCEPT_RULES
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
+from twinloop.run.build import refined_controller
 from twinloop.run.compare import RunConfig, episode_seeds
 from twinloop.run.experiment import run_episode
 from twinloop.run.validation import closed_loop_choice
@@ -63,15 +71,32 @@ from twinloop.worlds import make_world
 K, HORIZON, STEP = 32, 0.5, 0.01
 
 
-def refiner_of(c) -> Refiner:
-    cfg = RefinerConfig(num_samples=K, horizon=HORIZON, actuation_delay=float(c.delay * c.twin.dt))
-    return Refiner(c.task, c.twin, make_optimizer("mppi"), cfg, params=None if c.params is None else c.params[None])
+def run_config(task_name: str, world_name: str, accept: str = "robust") -> RunConfig:
+    """The ``twinloop run`` configuration of this benchmark's refined controllers: the open-loop
+    base, MPPI with K samples over the horizon, the twin step, the acceptance rule ``accept``."""
+    cfg = RunConfig(task=task_name, world=world_name, proposer="open-loop", optimizer="mppi", twin_timestep=STEP)
+    rcfg = replace(cfg.planner.refiner, num_samples=K, horizon=HORIZON, accept=accept)
+    return replace(cfg, planner=replace(cfg.planner, refiner=rcfg))
 
 
-def world_episodes(world, task, nominal, seeds, ticks) -> list:
+def refiner_of(c, cfg: RunConfig) -> Refiner:
+    """The refiner of candidate twin ``c`` (its twin, values and actuation delay) under ``cfg``."""
+    rcfg = replace(cfg.planner.refiner, actuation_delay=float(c.delay * c.twin.dt))
+    optimizer = make_optimizer(cfg.planner.optimizer, noise=cfg.planner.noise)
+    return Refiner(c.task, c.twin, optimizer, rcfg, params=None if c.params is None else c.params[None])
+
+
+def controller_of(c, cfg: RunConfig, task) -> Controller:
+    """The refined controller planning in candidate ``c``, built as ``twinloop run`` builds its
+    own (its state estimator, candidate sources and acceptance rule); the open-loop base is
+    rehearsed in ``task`` (the world's task, also for a task-variant candidate)."""
+    return refined_controller(cfg, c.task, make_proposer(task, "open-loop"), refiner_of(c, cfg))
+
+
+def world_episodes(world, task, nominal, seeds, ticks, cfg: RunConfig) -> list:
     """Excitation and nominal-refined episodes recorded in ``world`` (one of each per seed)."""
     out = [record_trajectory(world, task.excitation(s), s, ticks) for s in seeds]
-    ctl = Controller(refiner_of(nominal), make_proposer(task, "open-loop"))
+    ctl = controller_of(nominal, cfg, task)
     for s in seeds:
         ctl.reset(s)
         out.append(record_trajectory(world, lambda obs, _k: ctl.act(obs), s, ticks))
@@ -94,9 +119,10 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
     world = make_world(task, world_name)
     variants = {"kinematic": make_task(task_name, pusher="kinematic")}
     t0 = time.perf_counter()
+    cfg = run_config(task_name, world_name, args.accept)
     nominal = fit_candidates(task, [], contact_models=(), timestep=STEP)[0]
-    fit_eps = world_episodes(world, task, nominal, range(100, 100 + args.fit), args.ticks)
-    check_eps = world_episodes(world, task, nominal, range(200, 200 + args.check), args.ticks)
+    fit_eps = world_episodes(world, task, nominal, range(100, 100 + args.fit), args.ticks, cfg)
+    check_eps = world_episodes(world, task, nominal, range(200, 200 + args.check), args.ticks, cfg)
     residual = None
     if args.residual:
         from twinloop.twin.learned import EnsembleConfig
@@ -108,12 +134,12 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
                            timestep=STEP, timesteps=args.timesteps)
     choice = choose_twin(task, check_eps, cands, AcceptanceConfig(horizon=HORIZON))
     if args.validate:
-        choice = closed_loop_choice(choice, cands, world, lambda c: Controller(refiner_of(c), make_proposer(task, "open-loop")),
+        choice = closed_loop_choice(choice, cands, world, lambda c: controller_of(c, cfg, task),
                                     range(300, 300 + args.validate), top=args.top, log=lambda m: print(m, flush=True))
     fitted_s = time.perf_counter() - t0
     print(f"{world_name} {task_name}: {choice.reason}", flush=True)
     seeds = episode_seeds(RunConfig(task=task_name, episodes=args.episodes, seed=args.seed))
-    rows = {"base": success(world, Controller(refiner_of(nominal), make_proposer(task, "open-loop"), refine=False),
+    rows = {"base": success(world, Controller(refiner_of(nominal, cfg), make_proposer(task, "open-loop"), refine=False),
                             seeds)}
     out = {"world": world_name, "task": task_name, "choice": choice.to_dict(), "rows": rows,
            "fit_episodes": len(fit_eps), "check_episodes": len(check_eps), "fit_seconds": fitted_s,
@@ -121,7 +147,7 @@ def run_setting(world_name: str, task_name: str, args, save=lambda partial: None
     # the chosen twin's row first, then the others (each saved as it ends)
     keep = {c.name for c in cands} if "all" in args.rows else {choice.chosen.name, *args.rows}
     for c in sorted((c for c in cands if c.name in keep), key=lambda c: c is not choice.chosen):
-        rows[c.name] = success(world, Controller(refiner_of(c), make_proposer(task, "open-loop")), seeds)
+        rows[c.name] = success(world, controller_of(c, cfg, task), seeds)
         r = rows[c.name]
         print(f"  {c.name}: {r['successes']}/{r['episodes']} [{r['ci'][0]:.0%}, {r['ci'][1]:.0%}]", flush=True)
         out["automatic"] = {"candidate": choice.chosen.name, **rows[choice.chosen.name]}
@@ -138,7 +164,8 @@ def to_table(files: list[str], table: str) -> None:
     data = json.loads(path.read_text()) if path.is_file() else {"rows": {}}
     data["note"] = ("Base: open-loop (brittle). One row per twin the refiner plans in; 'automatic' is the "
                     "candidate choose_twin picked on held-out world episodes (named in the row). "
-                    "Raw results: results/structural-twins/.")
+                    "Raw results: results/structural-twins/. Rows whose command says --accept always sent the refined "
+                    "plan every tick (no acceptance rule; twinloop run's default is planner.refiner.accept=robust).")
     for f in files:
         d = json.loads(Path(f).read_text())
         for st in d["settings"]:
@@ -174,6 +201,8 @@ def main() -> None:
     p.add_argument("--top", type=int, default=3, help="candidates the prediction check passes to the validation")
     p.add_argument("--rows", nargs="+", default=["nominal"],
                    help="measured rows beside the base and the automatic choice ('all': every candidate)")
+    p.add_argument("--accept", default="robust", choices=ACCEPT_RULES,
+                   help="the refined controllers' acceptance rule (twinloop run's planner.refiner.accept)")
     p.add_argument("--out", default="", help="write the results here (JSON), after every setting")
     p.add_argument("--table", default="", help="instead of running: merge the result files --merge into this table")
     p.add_argument("--merge", nargs="*", default=[])
@@ -188,7 +217,8 @@ def main() -> None:
         flags.append(f"--{name}" if v is True else f"--no-{name}" if v is False else
                      f"--{name} {' '.join(map(str, v)) if isinstance(v, list) else v}")
     out = {"command": "python benchmarks/structural_twins.py " + " ".join(flags), "args": vars(args), "refiner": {"optimizer": "mppi", "num_samples": K, "horizon": HORIZON,
-                                                        "twin_timestep": STEP, "base": "open-loop"}, "settings": []}
+                                                        "twin_timestep": STEP, "base": "open-loop",
+                                                        "accept": args.accept}, "settings": []}
     def save(partial):
         if args.out:
             Path(args.out).write_text(json.dumps({**out, "settings": [*out["settings"], partial]}, indent=1))

@@ -112,7 +112,11 @@ class RefinerConfig:
             :class:`~twinloop.control.hooks.RobustAcceptance`). Each tick then records which
             plan was sent and why (``TickInfo.accept``). It applies to the comparison's refined
             controller (``twinloop run``, ``demo``); the controllers of ``evaluate``, ``distill``
-            and ``rsr`` send the refiner's choice.
+            and ``rsr`` send the refiner's choice. The rule is a tick hook: a
+            :class:`~twinloop.control.Controller` built by hand applies it only when given
+            ``hooks=acceptance_hooks(config)`` (:func:`~twinloop.control.hooks.acceptance_hooks`), or
+            when built by :func:`twinloop.run.build.refined_controller` as ``twinloop run`` builds
+            its own; otherwise it sends the refiner's choice whatever this field says.
         accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
         accept_particles: ``robust``: parameter particles (the nominal and prior draws).
         accept_quantile: ``robust``: the fraction of them under which the refined plan must win.
