@@ -53,3 +53,13 @@ def test_tiny_rope_model_beats_a_constant_predictor(task):
         return np.linalg.norm((p - truth).reshape(len(truth), 5, 2), axis=2).mean()
 
     assert point_error(pred) < 0.6 * point_error(np.broadcast_to(model.meta.mean, truth.shape))
+
+
+def test_shipped_rope_model_reads_the_points_on_held_out_appearance(task):
+    from twinloop.perception import load_perception
+
+    shipped = load_perception("rope-shape", "rope-shape")
+    images, truth = render_dataset(task, 20, np.random.default_rng(5), shipped.meta.size, lambda: 2.0,
+                                   look_rng=np.random.default_rng([5, 7]), near_goal=0.5)
+    pred = shipped.predict_batch(images)
+    assert np.linalg.norm((pred - truth).reshape(20, 5, 2), axis=2).mean() < 0.012  # m
