@@ -30,6 +30,7 @@ import numpy as np
 from twinloop.params import Param, ParamSpace
 from twinloop.tasks.deformable import GraspTask, SwingConfig, SwingScript, choose_resolution
 from twinloop.tasks.keypoints import Keypoint
+from twinloop.tasks.seen import Seen
 
 LINKS = 8
 LINK = 0.04  # capsule length (m)
@@ -42,6 +43,11 @@ POINTS = tuple(Keypoint(f"p{i}", f"rope_{min(i, LINKS - 1)}", (LINK if i == LINK
                for i in range(LINKS + 1))
 OBSERVED = ("p0", "p2", "p4", "p6", "p8")
 RESOLUTIONS = (4, 8, 16)  # links a rope may be built with (the same length, mass and bending stiffness)
+#: what a camera sees: the observed points' table-plane positions and their rates, from one
+#: 96 px camera straight above the rope's workspace (0.46 m wide at the table)
+SEEN = Seen(tuple(f"{p}_{c}" for p in OBSERVED for c in ("x", "y")),
+            {f"{p}_v{c}": f"{p}_{c}" for p in OBSERVED for c in ("x", "y")},
+            ({"lookat": (0.0, 0.0, 0.0), "distance": 0.55},))
 
 
 def rope_points(links: int = LINKS) -> tuple[Keypoint, ...]:
@@ -124,6 +130,10 @@ class RopeShape(GraspTask):
     grasp_offset = (LINK, 0.0, 0.0)
     grasp_point = f"p{LINKS}"
     landed = RADIUS_MAX + 0.004  # m: see the module docstring
+    seen = SEEN
+    #: manipulated shapes (:meth:`near_goal_state`): the swing's goal moved by up to this (m, x
+    #: and y), its arc height drawn in this range (m), its release in this one (of the way)
+    SHAPES = (0.06, (0.05, 0.2), (0.5, 1.0))
     # Planned in a rope of 4 links at a 20 ms twin step: 4-5x the world mesh's control rate, and
     # no harm in the screen that chose it (results/tables/deformable-defaults.rule.txt);
     # `--set grasp.twin_resolution=8` plans in the world's mesh (needed for parameter
@@ -212,6 +222,30 @@ class RopeShape(GraspTask):
         qpos = self.chain_qpos(np.concatenate([[start], start + np.cumsum(steps, axis=0)]))
         qpos[0:3] = [rng.uniform(0.0, 0.2), rng.uniform(-0.12, 0.04), rng.uniform(0.05, 0.12)]
         return np.concatenate([qpos, np.zeros(m.nv + m.na)])
+
+    def near_goal_state(self, rng: np.random.Generator) -> np.ndarray:
+        """A shape a manipulation makes: a reset state rolled in the twin under the scripted
+        swing (:class:`~twinloop.tasks.deformable.SwingScript`, :data:`SWING`) whose goal is moved
+        uniformly within :attr:`SHAPES` ``[0]`` in x and y and whose arc height and release are
+        drawn uniformly in :attr:`SHAPES` ``[1]`` and ``[2]``, for a uniformly drawn 1 to
+        :attr:`max_ticks` ticks: the rope lying straight, lifted, swung, dropped short of, on and
+        beyond the U, with the gripper where it holds or leaves it."""
+        move, heights, releases = self.SHAPES
+        state = self.initial_state(rng)
+        goal = self.goal_of(self.grasp_point) + np.array([*rng.uniform(-move, move, 2), 0.0])
+        cfg = SwingConfig(arc_time=SWING.arc_time, release=float(rng.uniform(*releases)),
+                          arc_height=float(rng.uniform(*heights)), arc_radius=SWING.arc_radius)
+        start = np.array([START[0] + LENGTH, START[1], RADIUS])
+        script = SwingScript(self, self.point_index(self.grasp_point), start, goal, cfg)
+        m = self.model
+        d = mujoco.MjData(m)
+        d.qpos[:], d.qvel[:] = state[: m.nq], state[m.nq : m.nq + m.nv]
+        mujoco.mj_forward(m, d)
+        for _ in range(int(rng.integers(1, self.max_ticks + 1))):
+            now = np.concatenate([d.qpos, d.qvel, d.act])
+            d.ctrl[:] = np.clip(script.propose(None, now)[0], self.action_low, self.action_high)
+            mujoco.mj_step(m, d, self.substeps)
+        return np.concatenate([d.qpos, d.qvel, d.act])
 
     def param_space(self) -> ParamSpace:
         """The rope's bending stiffness (N m/rad, every joint) and damping (N m s/rad), its
