@@ -102,13 +102,12 @@ def planning_candidate(cfg, post: Posterior) -> dict | None:
 
 def planning_message(note: dict) -> str:
     """The console's line on a posterior's use (``note`` of :func:`planning_choice`)."""
+    values = "the calibrated values" if note["used"] else "the nominal values"
     if note.get("candidate"):
         model = note["contact_model"] or "the scene's contact model"
-        values = "the calibrated values" if note["used"] else "the nominal values"
         step = "" if note.get("timestep") is None else f", twin step {1000 * note['timestep']:g} ms"
         return f"planning with candidate twin {note['candidate']} ({model}, {values}{step}; {note['path']}): {note['reason']}"
     if note.get("contact_model"):
-        values = "the calibrated values" if note["used"] else "the nominal values"
         return f"planning with contact model {note['contact_model']} and {values} ({note['path']}): {note['reason']}"
     if note["used"]:
         return (f"planning with the calibrated twin {note['path']} (actuation delay "
