@@ -4,6 +4,11 @@ Targets are the task's seen keypoints (``Task.seen.keypoints``): a position is l
 standardized (its training mean and spread), an angle as its cosine and sine (no wrap). The
 network is a small CNN with two coordinate channels, ending in heatmaps whose expected
 image positions (a spatial soft-argmax, as in deep visuomotor policies) a two-layer head reads.
+
+A model may have a second, **fine** stage: the same architecture reading a fixed square crop of
+the image (around the task's :meth:`~twinloop.tasks.Task.near_goal_focus`) at a finer patch
+size, trained on near-goal states only; it replaces the first stage's keypoints where those lie
+well inside the near-goal region and is blended into them towards its edge (:func:`fine_weight`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ class Meta:
         mean, scale: the standardization of the position targets (one per keypoint; angles 0, 1).
         width: channels of the first convolution.
         seed: the training seed.
+        patch: side (px) of the first convolution's patches.
+        fine_crop: ``(row, column, side)`` px of the fine stage's crop (empty: no fine stage).
+        fine_patch: its patch side (px).
+        fine_mean, fine_scale: its standardization of the position targets.
+        fine_centre: ``(n_keypoints,)`` the centre of the region where it is used (the goal).
+        fine_gate: ``(position m, angle rad)``: the region's half-extent; the fine stage is used
+            alone inside :data:`FINE_INNER` of it, blended linearly into the first stage at its edge.
     """
 
     task: str
@@ -41,18 +53,30 @@ class Meta:
     scale: tuple[float, ...]
     width: int = 16
     seed: int = 0
+    patch: int = 4
+    fine_crop: tuple[int, ...] = ()
+    fine_patch: int = 2
+    fine_mean: tuple[float, ...] = ()
+    fine_scale: tuple[float, ...] = ()
+    fine_centre: tuple[float, ...] = ()
+    fine_gate: tuple[float, ...] = ()
 
 
 #: learned keypoint heatmaps of the network
 HEATMAPS = 16
+#: the fraction of the fine stage's region (:attr:`Meta.fine_gate`) where it is used alone
+FINE_INNER = 0.75
 
 
-def network(meta: Meta, out: int):
-    """The CNN: ``(B, 3, S, S)`` uint8-scaled images -> ``(B, out)``."""
+def network(meta: Meta, out: int, size: int | None = None, patch: int | None = None):
+    """The CNN: ``(B, 3, S, S)`` uint8-scaled images -> ``(B, out)`` (``S``: ``size``, default
+    ``meta.size``; patches of ``patch`` px, default ``meta.patch``)."""
     import torch
     from torch import nn
 
-    w = meta.width
+    w, size, patch = meta.width, size or meta.size, patch or meta.patch
+    if size % patch:
+        raise TwinloopError(f"perception network: image side {size} px is no multiple of its patch side {patch} px")
 
     class Net(nn.Module):
         def __init__(self):
@@ -60,7 +84,7 @@ def network(meta: Meta, out: int):
             # a 4x4 patch embedding, 3x3 convolutions at that resolution, then one heatmap per
             # learned keypoint whose expected image position (a spatial soft-argmax) the head reads
             self.features = nn.Sequential(
-                nn.Conv2d(5, w, 4, stride=4), nn.ReLU(),
+                nn.Conv2d(5, w, patch, stride=patch), nn.ReLU(),
                 nn.Conv2d(w, w, 3, padding=1), nn.ReLU(),
                 nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(),
                 nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(),
@@ -68,9 +92,9 @@ def network(meta: Meta, out: int):
             self.temperature = nn.Parameter(torch.tensor(1.0))
             self.head = nn.Sequential(nn.Linear(2 * HEATMAPS, 128), nn.ReLU(), nn.Linear(128, out))
             self.skip = nn.Linear(2 * HEATMAPS, out)
-            lin = torch.linspace(-1.0, 1.0, meta.size)
+            lin = torch.linspace(-1.0, 1.0, size)
             self.register_buffer("coords", torch.stack(torch.meshgrid(lin, lin, indexing="ij"))[None], persistent=False)
-            g = torch.linspace(-1.0, 1.0, meta.size // 4)
+            g = torch.linspace(-1.0, 1.0, size // patch)
             self.register_buffer("grid", torch.stack(torch.meshgrid(g, g, indexing="ij")).reshape(2, -1), persistent=False)
 
         def forward(self, x):
@@ -90,45 +114,94 @@ def n_outputs(meta: Meta) -> int:
     return sum(2 if a else 1 for a in meta.angles)
 
 
-def encode(meta: Meta, values: np.ndarray) -> np.ndarray:
-    """``(N, n_keypoints)`` keypoint values -> ``(N, n_outputs)`` network targets."""
+def encode(meta: Meta, values: np.ndarray, fine: bool = False) -> np.ndarray:
+    """``(N, n_keypoints)`` keypoint values -> ``(N, n_outputs)`` network targets (of the fine
+    stage with ``fine``)."""
+    mean, scale = (meta.fine_mean, meta.fine_scale) if fine else (meta.mean, meta.scale)
     cols = []
     for i, angle in enumerate(meta.angles):
         v = values[:, i]
-        cols += [np.cos(v), np.sin(v)] if angle else [(v - meta.mean[i]) / meta.scale[i]]
+        cols += [np.cos(v), np.sin(v)] if angle else [(v - mean[i]) / scale[i]]
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-def decode(meta: Meta, out: np.ndarray) -> np.ndarray:
+def decode(meta: Meta, out: np.ndarray, fine: bool = False) -> np.ndarray:
     """``(N, n_outputs)`` network outputs -> ``(N, n_keypoints)`` keypoint values."""
+    mean, scale = (meta.fine_mean, meta.fine_scale) if fine else (meta.mean, meta.scale)
     cols, j = [], 0
     for i, angle in enumerate(meta.angles):
         if angle:
             cols.append(np.arctan2(out[:, j + 1], out[:, j]))
             j += 2
         else:
-            cols.append(out[:, j] * meta.scale[i] + meta.mean[i])
+            cols.append(out[:, j] * scale[i] + mean[i])
             j += 1
     return np.stack(cols, axis=1)
 
 
-class Perception:
-    """A trained network with its :class:`Meta`: ``predict(images) -> (n_keypoints,)``."""
+def crop(meta: Meta, images: np.ndarray) -> np.ndarray:
+    """``(N, S, S, 3)`` images -> ``(N, C, C, 3)``, the fine stage's crop of each."""
+    r, c, side = meta.fine_crop
+    return images[:, r:r + side, c:c + side]
 
-    def __init__(self, meta: Meta, net):
+
+def fine_weight(meta: Meta, keypoints: np.ndarray) -> np.ndarray:
+    """``(N,)`` the fine stage's share for first-stage ``(N, n_keypoints)`` keypoints: 1 inside
+    :data:`FINE_INNER` of its region (:attr:`Meta.fine_gate` about :attr:`Meta.fine_centre`),
+    falling linearly to 0 at its edge."""
+    d = keypoints - np.asarray(meta.fine_centre)
+    ang = np.array(meta.angles)
+    d[:, ang] = np.angle(np.exp(1j * d[:, ang]))
+    far = np.zeros(len(d))
+    if (~ang).any():
+        far = np.linalg.norm(d[:, ~ang], axis=1) / meta.fine_gate[0]
+    if ang.any():
+        far = np.maximum(far, np.abs(d[:, ang]).max(axis=1) / meta.fine_gate[1])
+    return np.clip((1.0 - far) / (1.0 - FINE_INNER), 0.0, 1.0)
+
+
+def blend(meta: Meta, coarse: np.ndarray, fine: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``coarse + w (fine - coarse)`` per keypoint, angles along their shorter arc."""
+    d = fine - coarse
+    ang = np.array(meta.angles)
+    d[:, ang] = np.angle(np.exp(1j * d[:, ang]))
+    out = coarse + w[:, None] * d
+    out[:, ang] = np.angle(np.exp(1j * out[:, ang]))
+    return out
+
+
+class Perception:
+    """A trained network with its :class:`Meta` (and its fine stage's network, where
+    ``meta.fine_crop`` names one): ``predict(images) -> (n_keypoints,)``."""
+
+    def __init__(self, meta: Meta, net, fine_net=None):
+        if bool(meta.fine_crop) != (fine_net is not None):
+            raise TwinloopError("a perception model's fine stage needs both its crop (Meta.fine_crop) and its network")
         self.meta, self.net = meta, net.eval()
+        self.fine_net = None if fine_net is None else fine_net.eval()
+
+    @staticmethod
+    def _run(net, x: np.ndarray):
+        import torch
+
+        with torch.inference_mode():
+            return net(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).float()).numpy().astype(float)
 
     def predict_batch(self, images: np.ndarray) -> np.ndarray:
         """``(N, S, S, 3)`` uint8 images -> ``(N, n_keypoints)`` keypoints (m, rad)."""
-        import torch
-
         x = np.asarray(images)
         if x.ndim != 4 or x.shape[1:] != (self.meta.size, self.meta.size, 3):
             raise TwinloopError(f"perception model for {self.meta.task!r} reads ({self.meta.size}, {self.meta.size}, 3) "
                                 f"images, got {x.shape[1:]}")
-        with torch.inference_mode():
-            out = self.net(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).float())
-        return decode(self.meta, out.numpy().astype(float))
+        kp = decode(self.meta, self._run(self.net, x))
+        if self.fine_net is None:
+            return kp
+        w = fine_weight(self.meta, kp)
+        near = w > 0
+        if near.any():
+            fine = decode(self.meta, self._run(self.fine_net, crop(self.meta, x[near])), fine=True)
+            kp[near] = blend(self.meta, kp[near], fine, w[near])
+        return kp
 
     def predict(self, images: dict) -> np.ndarray:
         """``{camera: (S, S, 3) uint8}`` -> ``(n_keypoints,)`` keypoints from this model's camera."""
@@ -142,7 +215,10 @@ class Perception:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"meta": asdict(self.meta), "state_dict": self.net.state_dict()}, path)
+        blob = {"meta": asdict(self.meta), "state_dict": self.net.state_dict()}
+        if self.fine_net is not None:
+            blob["fine_state_dict"] = self.fine_net.state_dict()
+        torch.save(blob, path)
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -181,8 +257,12 @@ def load_perception(path, task: str | None = None) -> Perception:
         meta = Meta(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
         net = network(meta, n_outputs(meta))
         net.load_state_dict(blob["state_dict"])
+        fine = None
+        if meta.fine_crop:
+            fine = network(meta, n_outputs(meta), meta.fine_crop[2], meta.fine_patch)
+            fine.load_state_dict(blob["fine_state_dict"])
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
         raise TwinloopError(f"{str(path)!r} is no perception checkpoint: {exc}") from None
     if task is not None and meta.task != task:
         raise TwinloopError(f"perception checkpoint {str(path)!r} is for task {meta.task!r}, not {task!r}")
-    return Perception(meta, net)
+    return Perception(meta, net, fine)

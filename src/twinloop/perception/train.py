@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from twinloop.errors import TwinloopError, number
-from twinloop.perception.model import Meta, Perception, encode, n_outputs, network
+from twinloop.perception.model import (
+    Meta,
+    Perception,
+    crop,
+    encode,
+    load_perception,
+    n_outputs,
+    network,
+)
 from twinloop.tasks import make_task
 from twinloop.worlds.camera import (
     TRAIN_SCALE,
@@ -45,6 +53,11 @@ class PerceptionConfig:
         lr: Adam's peak learning rate (one cycle: warmed up over 15% of the steps, then annealed).
         seed: seeds the renders, the initialization and the batches.
         threads: PyTorch CPU threads.
+        fine: side (px) of a fine stage's crop around the task's near-goal focus
+            (``Task.near_goal_focus``), read at patches of half the first stage's side and
+            trained on ``samples`` near-goal renders; 0: none.
+        coarse: a checkpoint (or shipped model) whose first stage is kept instead of training one
+            (with ``fine``: only the fine stage is trained).
         severity: the appearance shift the evaluation's worlds draw (0..3).
         eval_worlds: world seeds of the evaluation (held-out appearances).
         eval_states: states rendered per evaluation world (as many again near the goal, where
@@ -62,6 +75,8 @@ class PerceptionConfig:
     lr: float = 3e-3
     seed: int = 0
     threads: int = 2
+    fine: int = 0
+    coarse: str | None = None
     severity: int = 2
     eval_worlds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
     eval_states: int = 100
@@ -69,11 +84,16 @@ class PerceptionConfig:
 
     def __post_init__(self):
         for name, low in (("samples", 16), ("epochs", 1), ("size", 16), ("width", 4), ("batch", 1), ("threads", 1),
-                          ("eval_states", 1), ("seed", 0)):
+                          ("eval_states", 1), ("seed", 0), ("fine", 0)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         number(self.lr, "lr", low=0, low_open=True)
         number(self.near_goal, "near_goal", low=0, high=1)
         number(self.severity, "severity", low=0, high=3, integer=True)
+        if self.fine and (self.fine > self.size or self.fine % 2):
+            raise TwinloopError(f"fine: the crop's side must be even and at most the image's ({self.size} px), "
+                                f"got {self.fine}")
+        if self.coarse is not None and not self.fine:
+            raise TwinloopError("coarse: a kept first stage only makes sense with a fine stage to train (fine > 0)")
 
 
 def keypoints_of(task) -> tuple[list[int], tuple[bool, ...]]:
@@ -110,27 +130,14 @@ def render_dataset(task, n: int, rng: np.random.Generator, size: int, level: Cal
     return images, values
 
 
-def train_perception(cfg: PerceptionConfig, log: Callable[[str], None] = print) -> tuple[Perception, dict]:
-    """Render, train, and return the model with a report (losses, seconds)."""
+def fit(net, images: np.ndarray, targets: np.ndarray, cfg: PerceptionConfig, log: Callable[[str], None],
+        what: str = "") -> list[float]:
+    """Train ``net`` on ``(N, S, S, 3)`` images and ``(N, n_outputs)`` targets (Adam, one-cycle
+    schedule, seeded batches); returns the loss of each epoch."""
     import torch
 
-    task = make_task(cfg.task)
-    _, angles = keypoints_of(task)
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    t0 = time.perf_counter()
-    rng = np.random.default_rng([cfg.seed, 11])
-    images, values = render_dataset(task, cfg.samples, rng, cfg.size, lambda: rng.uniform(0.0, 3 * TRAIN_SCALE),
-                                    near_goal=cfg.near_goal)
-    render_s = time.perf_counter() - t0
-    log(f"rendered {cfg.samples} training images in {render_s:.0f} s")
-    mean = tuple(0.0 if a else float(values[:, i].mean()) for i, a in enumerate(angles))
-    scale = tuple(1.0 if a else float(values[:, i].std() + 1e-9) for i, a in enumerate(angles))
-    meta = Meta(task=cfg.task, keypoints=tuple(task.seen.keypoints), angles=angles, camera=task_cameras(task)[0].name,
-                size=cfg.size, mean=mean, scale=scale, width=cfg.width, seed=cfg.seed)
-    net = network(meta, n_outputs(meta))
     x = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
-    y = torch.from_numpy(encode(meta, values))
+    y = torch.from_numpy(targets)
     steps = cfg.epochs * -(-len(x) // cfg.batch)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=steps, pct_start=0.15)
@@ -147,9 +154,102 @@ def train_perception(cfg: PerceptionConfig, log: Callable[[str], None] = print) 
             sched.step()
             total += float(loss.detach()) * len(b)
         losses.append(total / len(x))
-        log(f"epoch {epoch + 1}/{cfg.epochs}: loss {losses[-1]:.5f}")
+        log(f"{what}epoch {epoch + 1}/{cfg.epochs}: loss {losses[-1]:.5f}")
+    return losses
+
+
+def standardization(values: np.ndarray, angles) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-keypoint mean and spread of position targets (angles: 0 and 1)."""
+    mean = tuple(0.0 if a else float(values[:, i].mean()) for i, a in enumerate(angles))
+    scale = tuple(1.0 if a else float(values[:, i].std() + 1e-9) for i, a in enumerate(angles))
+    return mean, scale
+
+
+def train_coarse(cfg: PerceptionConfig, task, log: Callable[[str], None]) -> tuple[Perception, dict]:
+    """The first stage: ``cfg.samples`` renders (a fraction ``cfg.near_goal`` near the goal) of
+    the whole image."""
+    import torch
+
+    _, angles = keypoints_of(task)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    rng = np.random.default_rng([cfg.seed, 11])
+    images, values = render_dataset(task, cfg.samples, rng, cfg.size, lambda: rng.uniform(0.0, 3 * TRAIN_SCALE),
+                                    near_goal=cfg.near_goal)
+    render_s = time.perf_counter() - t0
+    log(f"rendered {cfg.samples} training images in {render_s:.0f} s")
+    mean, scale = standardization(values, angles)
+    meta = Meta(task=cfg.task, keypoints=tuple(task.seen.keypoints), angles=angles, camera=task_cameras(task)[0].name,
+                size=cfg.size, mean=mean, scale=scale, width=cfg.width, seed=cfg.seed)
+    net = network(meta, n_outputs(meta))
+    losses = fit(net, images, encode(meta, values), cfg, log)
     train_s = time.perf_counter() - t0 - render_s
     return Perception(meta, net), {"losses": losses, "render_seconds": render_s, "train_seconds": train_s}
+
+
+def fine_region(task, meta: Meta, size: int, values: np.ndarray) -> dict:
+    """The fine stage's :class:`Meta` fields: its crop, ``size`` px square around the pixel of
+    ``task.near_goal_focus()`` in the twin's own camera, and its region: the centre of the
+    near-goal keypoints ``values`` (positions' median, angles' circular mean) and their largest
+    distance from it."""
+    focus = task.near_goal_focus()
+    if focus is None:
+        raise TwinloopError(f"task {task.name!r} names no near-goal focus (Task.near_goal_focus): no fine stage")
+    cam = SceneCamera(task.model, with_size(task_cameras(task)[:1], meta.size))
+    try:
+        row, col = cam.pixel(focus)
+    finally:
+        cam.close()
+    r0, c0 = (int(np.clip(round(v - size / 2 + 0.5), 0, meta.size - size)) for v in (row, col))
+    ang = np.array(meta.angles)
+    centre = np.where(ang, np.angle(np.exp(1j * values).mean(axis=0)), np.median(values, axis=0))
+    d = values - centre
+    d[:, ang] = np.angle(np.exp(1j * d[:, ang]))
+    gate = (float(np.linalg.norm(d[:, ~ang], axis=1).max()) if (~ang).any() else 1.0,
+            float(np.abs(d[:, ang]).max()) if ang.any() else 1.0)
+    return {"fine_crop": (r0, c0, size), "fine_patch": max(1, meta.patch // 2),
+            "fine_centre": tuple(float(v) for v in centre), "fine_gate": gate}
+
+
+def train_fine(cfg: PerceptionConfig, task, coarse: Perception, log: Callable[[str], None]) -> tuple[Perception, dict]:
+    """``coarse`` with a fine stage (:attr:`PerceptionConfig.fine`) trained on ``cfg.samples``
+    near-goal renders (their own random stream)."""
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    rng = np.random.default_rng([cfg.seed, 19])
+    images, values = render_dataset(task, cfg.samples, rng, coarse.meta.size, lambda: rng.uniform(0.0, 3 * TRAIN_SCALE),
+                                    near_goal=1.0)
+    render_s = time.perf_counter() - t0
+    log(f"rendered {cfg.samples} near-goal images for the fine stage in {render_s:.0f} s")
+    mean, scale = standardization(values, coarse.meta.angles)
+    meta = replace(coarse.meta, fine_mean=mean, fine_scale=scale, **fine_region(task, coarse.meta, cfg.fine, values))
+    net = network(meta, n_outputs(meta), cfg.fine, meta.fine_patch)
+    losses = fit(net, np.ascontiguousarray(crop(meta, images)), encode(meta, values, fine=True), cfg, log, "fine: ")
+    train_s = time.perf_counter() - t0 - render_s
+    return Perception(meta, coarse.net, net), {"fine_losses": losses, "fine_render_seconds": render_s,
+                                               "fine_train_seconds": train_s}
+
+
+def train_perception(cfg: PerceptionConfig, log: Callable[[str], None] = print) -> tuple[Perception, dict]:
+    """Render, train, and return the model with a report (losses, seconds): its first stage
+    (or ``cfg.coarse``'s), then its fine stage if ``cfg.fine``."""
+    import torch
+
+    task = make_task(cfg.task)
+    torch.set_num_threads(cfg.threads)
+    if cfg.coarse is None:
+        model, rep = train_coarse(cfg, task, log)
+    else:
+        model, rep = load_perception(cfg.coarse, task=cfg.task), {"coarse": str(cfg.coarse)}
+        if model.meta.size != cfg.size:
+            raise TwinloopError(f"coarse checkpoint {cfg.coarse!r} reads {model.meta.size} px images, not {cfg.size}")
+        model = Perception(replace(model.meta, fine_crop=()), model.net)
+    if cfg.fine:
+        model, fine_rep = train_fine(cfg, task, model, log)
+        rep = {**rep, **fine_rep}
+    return model, rep
 
 
 def point_groups(names: tuple[str, ...], angles: tuple[bool, ...]) -> list[list[int]]:
@@ -196,6 +296,16 @@ def held_out_renders(task, model: Perception, severity: int, worlds, states: int
     return np.concatenate(images), np.concatenate(truth)
 
 
+def ms_per_frame(model: Perception, images: np.ndarray, frames: int = 200) -> float:
+    """Milliseconds per frame of ``model.predict`` on up to ``frames`` of ``images``, one at a time."""
+    model.predict({model.meta.camera: images[0]})  # warm-up
+    n = min(frames, len(images))
+    t0 = time.perf_counter()
+    for i in range(n):
+        model.predict({model.meta.camera: images[i]})
+    return 1000 * (time.perf_counter() - t0) / n
+
+
 def evaluate_perception(model: Perception, severity: int, worlds, states: int, seed: int = 0) -> dict:
     """Errors (:func:`errors`) of ``model`` on renders under the appearance of camera worlds
     (``severity``, each world seed in ``worlds``) against the true keypoints: ``states`` states
@@ -213,10 +323,8 @@ def evaluate_perception(model: Perception, severity: int, worlds, states: int, s
         near, near_truth = held_out_renders(task, model, severity, worlds, states, seed, near_goal=1.0)
         out["near_goal"] = {"frames": int(len(near)), **errors(model, model.predict_batch(near), near_truth)}
     torch.set_num_threads(1)  # one frame's small convolutions: threads would only wait on each other
-    model.predict({model.meta.camera: images[0]})  # warm-up
-    t0 = time.perf_counter()
-    for i in range(min(200, len(images))):
-        model.predict({model.meta.camera: images[i]})
-    out["ms_per_frame"] = 1000 * (time.perf_counter() - t0) / min(200, len(images))
+    out["ms_per_frame"] = ms_per_frame(model, images)
+    if "near_goal" in out:  # where a fine stage reads a second crop
+        out["near_goal"]["ms_per_frame"] = ms_per_frame(model, near)
     out["threads"] = 1
     return out

@@ -228,6 +228,12 @@ class Task:
         draws), or ``None``: the task draws none. Default: none."""
         return None
 
+    def near_goal_focus(self) -> np.ndarray | None:
+        """``(3,)`` the world point (m) around which the near-goal states
+        (:meth:`near_goal_state`) lie: where a perception model's fine stage looks. ``None``:
+        none. Default: none."""
+        return None
+
     def obs_from_data(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
         """What the robot's sensors report (noise-free), shape ``(len(obs_names),)``.
         Default: the full twin state ``[qpos, qvel, act]``."""

@@ -312,6 +312,10 @@ class PushT(Task):
             return np.concatenate([qpos, np.zeros(self.model.nv)])
         raise TwinloopError("push-t: could not draw a near-goal state in 1000 tries")  # pragma: no cover
 
+    def near_goal_focus(self) -> np.ndarray:
+        """The goal T's area centroid, on the table."""
+        return np.array([*self._goal_centroid, 0.0])
+
     def hold_action(self, state: np.ndarray) -> np.ndarray:
         """The action that keeps the pusher where it is."""
         return np.clip(np.asarray(state)[0:2], self.action_low, self.action_high)

@@ -188,6 +188,31 @@ class SceneCamera:
             out[spec.name] = np.clip(np.rint(img), 0, 255).astype(np.uint8)
         return out
 
+    def pixel(self, point, camera: int = 0) -> np.ndarray:
+        """``(2,)`` (row, column) of the world ``point`` (m) in camera ``camera``'s image, as the
+        current appearance places that camera (fractional px; the image's top-left pixel's
+        centre is (0, 0))."""
+        spec = self.cameras[camera]
+        r = self._renderers[spec.size]
+        look = self.appearance
+        cam = mujoco.MjvCamera()
+        cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+        cam.lookat[:] = np.asarray(spec.lookat) + look.aim
+        cam.distance = spec.distance * (1.0 + look.distance)
+        cam.azimuth, cam.elevation = spec.azimuth + look.azimuth, spec.elevation + look.elevation
+        mujoco.mj_kinematics(self.model, self.data)
+        r.update_scene(self.data, cam)
+        gl = r.scene.camera[0]  # a mono image is rendered from the mean of the two eyes' cameras
+        fwd, up = np.array(gl.forward), np.array(gl.up)
+        right = np.cross(fwd, up)
+        v = np.asarray(point, dtype=float) - (np.array(gl.pos) + np.array(r.scene.camera[1].pos)) / 2
+        depth = v @ fwd
+        x, y = (v @ right) / depth * gl.frustum_near, (v @ up) / depth * gl.frustum_near
+        half = gl.frustum_width if gl.frustum_width > 0 else (gl.frustum_top - gl.frustum_bottom) / 2
+        col = (x - (gl.frustum_center - half)) / (2 * half) * spec.size - 0.5
+        row = (gl.frustum_top - y) / (gl.frustum_top - gl.frustum_bottom) * spec.size - 0.5
+        return np.array([row, col])
+
     def close(self) -> None:
         for r in self._renderers.values():
             r.close()
