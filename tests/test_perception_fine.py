@@ -79,22 +79,25 @@ def test_the_fine_share_is_whole_inside_falls_linearly_and_wraps_angles(model):
     assert abs(abs(out[0, 2]) - np.pi) < 1e-9  # across the wrap, not through zero
 
 
-def test_the_fine_stage_acts_near_the_goal_only_and_survives_a_round_trip(model, task, tmp_path):
-    alone = type(model)(replace(model.meta, fine_crop=()), model.net)
-    near, _ = render_dataset(task, 12, np.random.default_rng(3), CFG.size, lambda: 1.0, near_goal=1.0)
-    far, _ = render_dataset(task, 12, np.random.default_rng(4), CFG.size, lambda: 1.0)
-    first = alone.predict_batch(far)
-    outside = fine_weight(model.meta, first) == 0
-    assert outside.any()
-    np.testing.assert_array_equal(model.predict_batch(far)[outside], first[outside])
-    inside = fine_weight(model.meta, alone.predict_batch(near)) > 0
-    assert inside.any()
-    assert not np.allclose(model.predict_batch(near)[inside], alone.predict_batch(near)[inside])
+def test_the_fine_stage_acts_inside_its_region_only_and_survives_a_round_trip(model, task, tmp_path):
+    from twinloop.perception.model import decode
+
+    images, _ = render_dataset(task, 8, np.random.default_rng(3), CFG.size, lambda: 1.0, near_goal=1.0)
+    first = type(model)(replace(model.meta, fine_crop=()), model.net).predict_batch(images)
+    fine = decode(model.meta, model._run(model.fine_net, crop(model.meta, images)), fine=True)
+    # the region moved away from every first-stage estimate: the first stage alone
+    away = type(model)(replace(model.meta, fine_centre=(5.0, 5.0, 0.0)), model.net, model.fine_net)
+    np.testing.assert_array_equal(away.predict_batch(images), first)
+    # the region around every estimate, wide: the fine stage alone
+    wide = type(model)(replace(model.meta, fine_centre=tuple(first.mean(axis=0)), fine_gate=(10.0, 10.0)), model.net,
+                       model.fine_net)
+    np.testing.assert_allclose(wide.predict_batch(images), fine, atol=1e-6)
+    assert np.abs(fine - first).max() > 1e-4
     path = tmp_path / "fine.pt"
     model.save(path)
     again = load_perception(path, "push-t")
     assert again.meta == model.meta
-    np.testing.assert_allclose(again.predict_batch(near), model.predict_batch(near))
+    np.testing.assert_allclose(again.predict_batch(images), model.predict_batch(images))
 
 
 def test_only_the_fine_stage_is_trained_on_a_kept_first_stage(model, tmp_path):
