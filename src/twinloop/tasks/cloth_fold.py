@@ -14,6 +14,10 @@ observation and the cost).
 
 Start: the towel flat, shifted by up to 4 mm and turned by up to 1.5 degrees; the gripper
 anywhere above the towel's half near ``a`` (5-12 cm up), grasp open.
+
+Camera (``seen``, for ``observe='rgb'``): the nine keypoints' x, y and z from one oblique image
+(:data:`SEEN`); the training states beyond the flat reset are folds the scripted fold makes
+when perturbed (:meth:`ClothFold.near_goal_state`).
 """
 
 from __future__ import annotations
@@ -46,10 +50,11 @@ KEYPOINTS = tuple(Keypoint(n, f"cloth_{N * i + j}") for n, (i, j) in KEYPOINT_GR
 # 90000-90009), keeping the most successes, then the fewest ticks, then the lowest error.
 FOLD = SwingConfig(arc_time=1.6, release=0.8, arc_height=0.2, arc_radius=0.9)
 #: what a camera sees: every keypoint's x, y and z (heights included: a lifted corner, a folded
-#: layer) and their rates, from one oblique camera behind corner b looking across the towel
-#: toward d (50 degrees down, 0.75 m from a point 4 cm above the table, 3 cm from its centre toward c, where a fold drags the towel): the fold's arc lies
-#: in the plane through a and c, across the line of sight, so a lifted corner's height moves it
-#: up the image (by cos 50 of it) instead of only scaling it, as straight above it would.
+#: layer) and their rates, from one oblique 96 px camera behind corner b looking across the
+#: towel toward d, 50 degrees down, 0.75 m from a point 4 cm above the table and 3 cm from its
+#: centre toward c (where a fold drags the towel). The fold's arc lies in the vertical plane
+#: through a and c, across the line of sight, so a lifted corner's height moves it up the image
+#: (by cos 50 of it); straight above, a height only scales a point's offset from the image centre.
 SEEN = Seen(tuple(f"{k}_{c}" for k in KEYPOINT_GRID for c in "xyz"),
             {f"{k}_v{c}": f"{k}_{c}" for k in KEYPOINT_GRID for c in "xyz"},
             ({"lookat": (-0.02, 0.02, 0.04), "distance": 0.75, "azimuth": 45.0, "elevation": -50.0},))
