@@ -114,5 +114,24 @@ def test_cloth_controller_runs_end_to_end_from_images(task, model):
     assert r.ticks == 2
     names = list(task.obs_names)
     seen = [names.index(k) for k in task.seen.keypoints]
-    assert np.isfinite(est.last_obs).all() and np.array_equal(est.last_obs[seen], est.last_keypoints)
+    assert np.isfinite(est.last_obs).all()
+    assert np.array_equal(task.held_seen(est.last_obs), est.last_obs)  # what a held corner's placing gives
+    free = [i for i, k in enumerate(task.seen.keypoints) if not k.startswith(task.grasp_point)]
+    assert np.array_equal(est.last_obs[np.array(seen)[free]], est.last_keypoints[free])
     assert np.array_equal(ctl.last_state, task.state_from_obs(est.last_obs))
+
+
+def test_a_held_corner_is_placed_under_the_fingers_only_while_the_grasp_holds_it_near_them(task):
+    names = list(task.obs_names)
+    a = [names.index(f"corner_a_{c}") for c in "xyz"]
+    obs = task.obs_from_data(task.model, task._scratch)
+    obs[:3] = (0.02, -0.03, 0.15)  # the fingers, mid-swing
+    obs[a] = (0.05, -0.03, 0.15)  # the image reads the corner 3 cm off: beyond the capture radius
+    obs[6] = 1.0
+    held = task.held_seen(obs)
+    assert np.allclose(held[a], (0.02, -0.03, 0.15 - 0.008))  # under the 8 mm finger
+    assert np.array_equal(np.delete(held, a), np.delete(obs, a))  # nothing else touched
+    assert np.array_equal(task.held_seen(np.where(np.arange(len(obs)) == 6, 0.0, obs)), np.where(np.arange(len(obs)) == 6, 0.0, obs))
+    far = obs.copy()
+    far[a] = (0.2, -0.03, 0.15)  # read 18 cm away: not what the fingers hold
+    assert np.array_equal(task.held_seen(far), far)

@@ -23,8 +23,12 @@ class Seen:
             change of that keypoint between control ticks.
         cameras: each camera's :class:`~twinloop.worlds.camera.CameraSpec` fields (default: one
             96 px camera straight above the origin, 0.68 m up).
+        held: the robot knows what its grasp holds: the camera estimator hands the completed
+            observation to ``Task.held_seen``, which may place a held point at the fingers
+            (:meth:`~twinloop.tasks.deformable.GraspTask.held_seen`). Default: off.
     """
 
     keypoints: tuple[str, ...]
     rates: Mapping[str, str] = field(default_factory=dict)
     cameras: tuple[Mapping[str, object], ...] = ({},)
+    held: bool = False
