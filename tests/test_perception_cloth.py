@@ -16,6 +16,7 @@ from twinloop.perception import (  # noqa: E402
 from twinloop.plan import make_optimizer  # noqa: E402
 from twinloop.run.experiment import run_episode  # noqa: E402
 from twinloop.tasks import make_task  # noqa: E402
+from twinloop.tasks.seen import held_seen  # noqa: E402
 from twinloop.twin import make_twin  # noqa: E402
 from twinloop.worlds import ShiftedWorld  # noqa: E402
 from twinloop.worlds.camera import (  # noqa: E402
@@ -115,7 +116,7 @@ def test_cloth_controller_runs_end_to_end_from_images(task, model):
     names = list(task.obs_names)
     seen = [names.index(k) for k in task.seen.keypoints]
     assert np.isfinite(est.last_obs).all()
-    assert np.array_equal(task.held_seen(est.last_obs), est.last_obs)  # what a held corner's placing gives
+    assert np.array_equal(held_seen(task, est.last_obs), est.last_obs)  # what a held corner's placing gives
     free = [i for i, k in enumerate(task.seen.keypoints) if not k.startswith(task.grasp_point)]
     assert np.array_equal(est.last_obs[np.array(seen)[free]], est.last_keypoints[free])
     assert np.array_equal(ctl.last_state, task.state_from_obs(est.last_obs))
@@ -128,10 +129,10 @@ def test_a_held_corner_is_placed_under_the_fingers_only_while_the_grasp_holds_it
     obs[:3] = (0.02, -0.03, 0.15)  # the fingers, mid-swing
     obs[a] = (0.05, -0.03, 0.15)  # the image reads the corner 3 cm off: beyond the capture radius
     obs[6] = 1.0
-    held = task.held_seen(obs)
+    held = held_seen(task, obs)
     assert np.allclose(held[a], (0.02, -0.03, 0.15 - 0.008))  # under the 8 mm finger
     assert np.array_equal(np.delete(held, a), np.delete(obs, a))  # nothing else touched
-    assert np.array_equal(task.held_seen(np.where(np.arange(len(obs)) == 6, 0.0, obs)), np.where(np.arange(len(obs)) == 6, 0.0, obs))
+    assert np.array_equal(held_seen(task, np.where(np.arange(len(obs)) == 6, 0.0, obs)), np.where(np.arange(len(obs)) == 6, 0.0, obs))
     far = obs.copy()
     far[a] = (0.2, -0.03, 0.15)  # read 18 cm away: not what the fingers hold
-    assert np.array_equal(task.held_seen(far), far)
+    assert np.array_equal(held_seen(task, far), far)

@@ -4,7 +4,7 @@ Each tick it reads a :class:`~twinloop.worlds.camera.CameraObs`: the robot's own
 entries as given, the keypoints (``Task.seen.keypoints``) predicted from the image, and their
 rates (``Task.seen.rates``) as the change since the last tick's prediction over the control
 period (zero at an episode's first tick); a task whose ``Seen.held`` is set then places a point
-its grasp holds where the fingers are (``Task.held_seen``); the observation so completed goes to
+its grasp holds where the fingers are (:func:`~twinloop.tasks.seen.held_seen`); the observation so completed goes to
 the task's own estimator (the stateless map, or a stateful observer), which returns the twin state.
 """
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from twinloop.errors import TwinloopError
 from twinloop.perception.model import Perception
+from twinloop.tasks.seen import held_seen
 from twinloop.worlds.camera import CameraObs
 
 
@@ -33,8 +34,8 @@ class CameraEstimator:
     def __init__(self, task, perception: Perception, inner=None):
         if perception.meta.task != task.name:
             raise TwinloopError(f"perception model is for task {perception.meta.task!r}, not {task.name!r}")
-        if task.seen.held and not hasattr(task, "held_seen"):
-            raise TwinloopError(f"task {task.name!r} declares Seen.held but no held_seen (a grasp task's hook)")
+        if task.seen.held and not getattr(task, "grasp_point", ""):
+            raise TwinloopError(f"task {task.name!r} declares Seen.held but grasps nothing (grasp_point)")
         self.task, self.perception = task, perception
         self.inner = task.state_estimator() if inner is None else inner
         names = list(task.obs_names)
@@ -65,7 +66,7 @@ class CameraEstimator:
             rate = d / self.task.control_period
         full[self.rate_idx] = rate[self.rate_of]
         if self.task.seen.held:  # the robot knows what its grasp holds (Seen.held)
-            full = self.task.held_seen(full)
+            full = held_seen(self.task, full)
         self.last_keypoints, self.last_obs = kp, full
         return full
 

@@ -56,7 +56,7 @@ FOLD = SwingConfig(arc_time=1.6, release=0.8, arc_height=0.2, arc_radius=0.9)
 #: through a and c, across the line of sight, so a lifted corner's height moves it up the image
 #: (by cos 50 of it); straight above, a height only scales a point's offset from the image centre.
 #: The robot knows what it holds (``held``): a corner its grasp holds is placed under the fingers
-#: (:meth:`~twinloop.tasks.deformable.GraspTask.held_seen`), where the image misreads it most.
+#: (:func:`~twinloop.tasks.seen.held_seen`), where the image misreads it most.
 SEEN = Seen(tuple(f"{k}_{c}" for k in KEYPOINT_GRID for c in "xyz"),
             {f"{k}_v{c}": f"{k}_{c}" for k in KEYPOINT_GRID for c in "xyz"},
             ({"lookat": (-0.02, 0.02, 0.04), "distance": 0.75, "azimuth": 45.0, "elevation": -50.0},),

@@ -201,21 +201,6 @@ class GraspTask(Task):
         return np.concatenate([data.qpos[:3], data.qvel[:3], data.act[:1],
                                data.site_xpos[sites].ravel(), np.ravel(kv)])
 
-    def held_seen(self, obs) -> np.ndarray:
-        """``(n_obs,)`` a camera's completed observation with the grasped point placed under the
-        fingers where the robot holds it: the grasp activation above 0.5 (the robot's own state)
-        and the image reading the point within twice the capture radius of the fingers; the
-        point is then put at the gripper less the finger's radius in z, as a held point sits
-        pressed under the finger. Otherwise ``obs`` unchanged. (A point read farther than the
-        capture radius from the fingers is what a scripted fold takes for dropped.)"""
-        o = np.array(obs, dtype=float)
-        g, _, act, pts, _ = self.split_obs(o)
-        i = [k.name for k in self.keypoints].index(self.grasp_point)
-        if act > 0.5 and np.linalg.norm(pts[i] - g) < 2 * self.capture_radius:
-            radius = float(self.model.geom_size[self.model.geom("finger").id, 0])
-            o[7 + 3 * i : 10 + 3 * i] = g - np.array([0.0, 0.0, radius])
-        return o
-
     def split_obs(self, obs) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]:
         """``(gripper (3,), gripper velocity (3,), grasp activation, points (n, 3), velocities (n, 3))``."""
         o = self.check_obs(obs)
