@@ -3,8 +3,9 @@
 Each tick it reads a :class:`~twinloop.worlds.camera.CameraObs`: the robot's own observation
 entries as given, the keypoints (``Task.seen.keypoints``) predicted from the image, and their
 rates (``Task.seen.rates``) as the change since the last tick's prediction over the control
-period (zero at an episode's first tick); the observation so completed goes to the task's own
-estimator (the stateless map, or a stateful observer), which returns the twin state.
+period (zero at an episode's first tick); a task whose ``Seen.held`` is set then places a point
+its grasp holds where the fingers are (:func:`~twinloop.tasks.seen.held_seen`); the observation so completed goes to
+the task's own estimator (the stateless map, or a stateful observer), which returns the twin state.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from twinloop.errors import TwinloopError
 from twinloop.perception.model import Perception
+from twinloop.tasks.seen import held_seen
 from twinloop.worlds.camera import CameraObs
 
 
@@ -32,6 +34,8 @@ class CameraEstimator:
     def __init__(self, task, perception: Perception, inner=None):
         if perception.meta.task != task.name:
             raise TwinloopError(f"perception model is for task {perception.meta.task!r}, not {task.name!r}")
+        if task.seen.held and not getattr(task, "grasp_point", ""):
+            raise TwinloopError(f"task {task.name!r} declares Seen.held but grasps nothing (grasp_point)")
         self.task, self.perception = task, perception
         self.inner = task.state_estimator() if inner is None else inner
         names = list(task.obs_names)
@@ -61,6 +65,8 @@ class CameraEstimator:
             d = np.where(self.angles, np.angle(np.exp(1j * d)), d)
             rate = d / self.task.control_period
         full[self.rate_idx] = rate[self.rate_of]
+        if self.task.seen.held:  # the robot knows what its grasp holds (Seen.held)
+            full = held_seen(self.task, full)
         self.last_keypoints, self.last_obs = kp, full
         return full
 

@@ -105,7 +105,8 @@ class RunConfig:
             ``severity`` drawn by its seed, plus the robot's own joint state, read by
             ``perception``). Not in real time.
         perception: the perception checkpoint (``twinloop perception train``) that reads the
-            images with ``observe='rgb'``; ``None``: the task's shipped model (``push-t``).
+            images with ``observe='rgb'``; ``None``: the task's shipped model (``push-t``, ``rope-shape``,
+            ``cloth-fold``).
         appearance: with ``observe='rgb'``, the appearance shift's severity (0..3; ``None``: the
             world's ``severity``), drawn by the world's seed.
 

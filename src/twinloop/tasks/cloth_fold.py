@@ -14,6 +14,10 @@ observation and the cost).
 
 Start: the towel flat, shifted by up to 4 mm and turned by up to 1.5 degrees; the gripper
 anywhere above the towel's half near ``a`` (5-12 cm up), grasp open.
+
+Camera (``seen``, for ``observe='rgb'``): the nine keypoints' x, y and z from one oblique image
+(:data:`SEEN`); the training states beyond the flat reset are folds the scripted fold makes
+when perturbed (:meth:`ClothFold.near_goal_state`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from twinloop.errors import TwinloopError
 from twinloop.params import Param, ParamSpace
 from twinloop.tasks.deformable import GraspTask, SwingConfig, SwingScript, choose_resolution
 from twinloop.tasks.keypoints import Keypoint
+from twinloop.tasks.seen import Seen
 
 N = 5  # vertices per side of the scene's towel
 SPACING = 0.075  # between the scene's vertices (m)
@@ -44,6 +49,18 @@ KEYPOINTS = tuple(Keypoint(n, f"cloth_{N * i + j}") for n, (i, j) in KEYPOINT_GR
 # release (0.6-1), arc_height (0.1-0.2 m) and arc_radius (0.8-0.95), 10 episodes each (seeds
 # 90000-90009), keeping the most successes, then the fewest ticks, then the lowest error.
 FOLD = SwingConfig(arc_time=1.6, release=0.8, arc_height=0.2, arc_radius=0.9)
+#: what a camera sees: every keypoint's x, y and z (heights included: a lifted corner, a folded
+#: layer) and their rates, from one oblique 96 px camera behind corner b looking across the
+#: towel toward d, 50 degrees down, 0.75 m from a point 4 cm above the table and 3 cm from its
+#: centre toward c (where a fold drags the towel). The fold's arc lies in the vertical plane
+#: through a and c, across the line of sight, so a lifted corner's height moves it up the image
+#: (by cos 50 of it); straight above, a height only scales a point's offset from the image centre.
+#: The robot knows what it holds (``held``): a corner its grasp holds is placed under the fingers
+#: (:func:`~twinloop.tasks.seen.held_seen`), where the image misreads it most.
+SEEN = Seen(tuple(f"{k}_{c}" for k in KEYPOINT_GRID for c in "xyz"),
+            {f"{k}_v{c}": f"{k}_{c}" for k in KEYPOINT_GRID for c in "xyz"},
+            ({"lookat": (-0.02, 0.02, 0.04), "distance": 0.75, "azimuth": 45.0, "elevation": -50.0},),
+            held=True)
 
 
 def vertex_rest(n: int = N) -> np.ndarray:
@@ -109,6 +126,10 @@ class ClothFold(GraspTask):
     trace_keypoints = ("corner_a", "mid_ab", "mid_ad")
     grasp_body = f"cloth_{N * (N - 1)}"
     grasp_point = "corner_a"
+    seen = SEEN
+    #: folds (:meth:`near_goal_state`): the scripted fold's goal moved by up to this (m, x and
+    #: y), its arc height, release and arc time drawn in these ranges (m, of the way, s)
+    FOLDS = (0.06, (0.05, 0.22), (0.5, 1.0), (0.8, 2.0))
 
     def __init__(self, weights: dict | None = None, settle_steps: int = 10, resolution: int = N):
         self.resolution = n = choose_resolution("cloth-fold", resolution, RESOLUTIONS)
@@ -171,6 +192,30 @@ class ClothFold(GraspTask):
         qpos[self._vq[:, None] + np.arange(2)] = xy - self.rest[:, :2]
         qpos[0:3] = [rng.uniform(0.0, 0.15), rng.uniform(-0.15, 0.0), rng.uniform(0.05, 0.12)]
         return np.concatenate([qpos, np.zeros(m.nv + m.na)])
+
+    def near_goal_state(self, rng: np.random.Generator) -> np.ndarray:
+        """A towel as a fold leaves it: a reset state rolled in the twin under the scripted fold
+        (:class:`~twinloop.tasks.deformable.SwingScript`, :data:`FOLD`) whose goal is moved
+        uniformly within :attr:`FOLDS` ``[0]`` in x and y and whose arc height, release and arc
+        time are drawn uniformly in :attr:`FOLDS` ``[1:]``, for a uniformly drawn 1 to
+        :attr:`max_ticks` ticks: flat, pinched, lifted, swung, dropped short of, on and beyond
+        the fold, with the gripper where it holds or leaves the corner."""
+        move, heights, releases, times = self.FOLDS
+        state = self.initial_state(rng)
+        a = self.grasp_point
+        goal = self.goal_of(a) + np.array([*rng.uniform(-move, move, 2), 0.0])
+        cfg = SwingConfig(arc_time=float(rng.uniform(*times)), release=float(rng.uniform(*releases)),
+                          arc_height=float(rng.uniform(*heights)), arc_radius=FOLD.arc_radius)
+        script = SwingScript(self, self.point_index(a), self.rest[self.resolution * (self.resolution - 1)], goal, cfg)
+        m = self.model
+        d = mujoco.MjData(m)
+        d.qpos[:], d.qvel[:] = state[: m.nq], state[m.nq : m.nq + m.nv]
+        mujoco.mj_forward(m, d)
+        for _ in range(int(rng.integers(1, self.max_ticks + 1))):
+            now = np.concatenate([d.qpos, d.qvel, d.act])
+            d.ctrl[:] = np.clip(script.propose(None, now)[0], self.action_low, self.action_high)
+            mujoco.mj_step(m, d, self.substeps)
+        return np.concatenate([d.qpos, d.qvel, d.act])
 
     def param_space(self) -> ParamSpace:
         """The towel's Young's modulus (Pa) and thickness (m) (bending stiffness goes as

@@ -95,10 +95,13 @@ class Appearance:
 
 def coloured(model: mujoco.MjModel) -> list[str]:
     """Names of what an appearance recolours: every named geom with a colour of its own (no
-    material), every named material, every named site (a marker such as a goal)."""
+    material), every named material, every named site (a marker such as a goal), every named
+    flex with a colour of its own (a towel; last, so a scene without one draws as before)."""
     out = [model.geom(i).name for i in range(model.ngeom) if model.geom(i).name and model.geom_matid[i] < 0]
     out += [model.mat(i).name for i in range(model.nmat) if model.mat(i).name]
-    return out + [model.site(i).name for i in range(model.nsite) if model.site(i).name]
+    out += [model.site(i).name for i in range(model.nsite) if model.site(i).name]
+    flexes = (mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_FLEX, i) for i in range(model.nflex) if model.flex_matid[i] < 0)
+    return out + [n for n in flexes if n]
 
 
 def draw_appearance(model: mujoco.MjModel, rng: np.random.Generator, level: float) -> Appearance:
@@ -137,19 +140,19 @@ class SceneCamera:
         self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, *sizes)
         self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, *sizes)
         self._renderers = {s: mujoco.Renderer(self.model, s, s) for s in sizes}
-        self._nominal = (model.geom_rgba.copy(), model.mat_rgba.copy(), model.site_rgba.copy(), model.mat_texrepeat.copy(),
-                         model.light_diffuse.copy(), model.light_dir.copy())
+        self._nominal = (model.geom_rgba.copy(), model.mat_rgba.copy(), model.site_rgba.copy(), model.flex_rgba.copy(),
+                         model.mat_texrepeat.copy(), model.light_diffuse.copy(), model.light_dir.copy())
         self.appearance = Appearance()
         self.set_appearance(Appearance())
 
     def set_appearance(self, look: Appearance) -> None:
         """Apply ``look`` (offsets from the model's own look, on its copy)."""
         m = self.model
-        geom, mat, site, rep, diffuse, direction = self._nominal
-        m.geom_rgba[:], m.mat_rgba[:], m.site_rgba[:] = geom, mat, site
+        geom, mat, site, flex, rep, diffuse, direction = self._nominal
+        m.geom_rgba[:], m.mat_rgba[:], m.site_rgba[:], m.flex_rgba[:] = geom, mat, site, flex
         for name, rgb in look.colour.items():
             for kind, rgba in ((mujoco.mjtObj.mjOBJ_GEOM, m.geom_rgba), (mujoco.mjtObj.mjOBJ_MATERIAL, m.mat_rgba),
-                               (mujoco.mjtObj.mjOBJ_SITE, m.site_rgba)):
+                               (mujoco.mjtObj.mjOBJ_SITE, m.site_rgba), (mujoco.mjtObj.mjOBJ_FLEX, m.flex_rgba)):
                 i = mujoco.mj_name2id(m, kind, name)
                 if i >= 0:
                     rgba[i, :3] = np.clip(rgba[i, :3] + rgb, 0.0, 1.0)
@@ -169,6 +172,8 @@ class SceneCamera:
         m, d, look = self.model, self.data, self.appearance
         d.qpos[:] = qpos
         mujoco.mj_kinematics(m, d)
+        if m.nflex:  # a flex (a towel) is drawn from its vertices' positions, which kinematics leaves stale
+            mujoco.mj_flex(m, d)
         out = {}
         for spec in self.cameras:
             r = self._renderers[spec.size]
