@@ -62,6 +62,9 @@ def _small_copy(name: str, folder) -> str:
     data = tomllib.loads(open(rec.path).read())
     for path, value in SMALL[rec.command].items():
         _set_path(data.setdefault("config", {}), path, value)
+    refiner = data["config"].get("planner", {}).get("refiner", {})
+    if "carry" in refiner:  # the carried plans must fit the cut-down batch (at most K - 2)
+        refiner["carry"] = min(refiner["carry"], refiner["num_samples"] - 2)
     data["needs"] = [f"{n}.toml" for n in data.get("needs", [])]
     (folder / f"{name}.toml").write_text(_dump(data) + "\n")
     return str(folder / f"{name}.toml")
