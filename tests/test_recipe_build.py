@@ -84,3 +84,16 @@ def test_bad_needs_are_refused(recipes, edit, message):
     (recipes / "child.toml").write_text(edit(textwrap.dedent(CHILD)))
     with pytest.raises(TwinloopError, match=message):
         with_built(load_recipe(str(recipes / "child.toml")), print)
+
+
+def test_a_base_recipe_says_whether_it_is_built_itself_and_who_needs_it(tmp_path, monkeypatch):
+    from twinloop.cli.recipe import needed_by
+
+    monkeypatch.setenv("TWINLOOP_CACHE", str(tmp_path / "cache"))
+    users = needed_by(load_recipe("cloth-fold-c64-base"))
+    assert "cloth-fold-held-out" in users and "cloth-fold-c64-base" not in users
+    assert needed_by(load_recipe("push-t-demo")) == []
+    res = runner.invoke(app, ["recipe", "status", "cloth-fold-c64-base"])
+    assert res.exit_code == 0, res.output
+    assert "cloth-fold-c32-base: not built" in res.output
+    assert "cloth-fold-c64-base itself: not built" in res.output
