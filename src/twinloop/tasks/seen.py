@@ -48,5 +48,6 @@ def held_seen(task, obs) -> np.ndarray:
     i = [k.name for k in task.keypoints].index(task.grasp_point)
     if act > 0.5 and np.linalg.norm(pts[i] - g) < 2 * task.capture_radius:
         radius = float(task.model.geom_size[task.model.geom("finger").id, 0])
-        o[7 + 3 * i : 10 + 3 * i] = g - np.array([0.0, 0.0, radius])
+        at = list(task.obs_names).index(f"{task.grasp_point}_x")  # the point's x, y, z entries
+        o[at : at + 3] = g - np.array([0.0, 0.0, radius])
     return o
