@@ -228,6 +228,20 @@ class Task:
         draws), or ``None``: the task draws none. Default: none."""
         return None
 
+    def rolled_under(self, state: np.ndarray, proposer, ticks: int) -> np.ndarray:
+        """``[qpos, qvel, act]`` after ``ticks`` control ticks of the task's own model from
+        ``state`` under ``proposer`` (the first action of each tick's proposal, clipped to the
+        action bounds): states a manipulation leaves, for :meth:`near_goal_state`."""
+        m = self.model
+        d = mujoco.MjData(m)
+        d.qpos[:], d.qvel[:] = state[: m.nq], state[m.nq : m.nq + m.nv]
+        mujoco.mj_forward(m, d)
+        for _ in range(ticks):
+            now = np.concatenate([d.qpos, d.qvel, d.act])
+            d.ctrl[:] = np.clip(proposer.propose(None, now)[0], self.action_low, self.action_high)
+            mujoco.mj_step(m, d, self.substeps)
+        return np.concatenate([d.qpos, d.qvel, d.act])
+
     def near_goal_focus(self) -> np.ndarray | None:
         """``(3,)`` the world point (m) around which the near-goal states
         (:meth:`near_goal_state`) lie: where a perception model's fine stage looks. ``None``:

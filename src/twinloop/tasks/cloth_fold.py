@@ -207,15 +207,7 @@ class ClothFold(GraspTask):
         cfg = SwingConfig(arc_time=float(rng.uniform(*times)), release=float(rng.uniform(*releases)),
                           arc_height=float(rng.uniform(*heights)), arc_radius=FOLD.arc_radius)
         script = SwingScript(self, self.point_index(a), self.rest[self.resolution * (self.resolution - 1)], goal, cfg)
-        m = self.model
-        d = mujoco.MjData(m)
-        d.qpos[:], d.qvel[:] = state[: m.nq], state[m.nq : m.nq + m.nv]
-        mujoco.mj_forward(m, d)
-        for _ in range(int(rng.integers(1, self.max_ticks + 1))):
-            now = np.concatenate([d.qpos, d.qvel, d.act])
-            d.ctrl[:] = np.clip(script.propose(None, now)[0], self.action_low, self.action_high)
-            mujoco.mj_step(m, d, self.substeps)
-        return np.concatenate([d.qpos, d.qvel, d.act])
+        return self.rolled_under(state, script, int(rng.integers(1, self.max_ticks + 1)))
 
     def param_space(self) -> ParamSpace:
         """The towel's Young's modulus (Pa) and thickness (m) (bending stiffness goes as

@@ -237,15 +237,7 @@ class RopeShape(GraspTask):
                           arc_height=float(rng.uniform(*heights)), arc_radius=SWING.arc_radius)
         start = np.array([START[0] + LENGTH, START[1], RADIUS])
         script = SwingScript(self, self.point_index(self.grasp_point), start, goal, cfg)
-        m = self.model
-        d = mujoco.MjData(m)
-        d.qpos[:], d.qvel[:] = state[: m.nq], state[m.nq : m.nq + m.nv]
-        mujoco.mj_forward(m, d)
-        for _ in range(int(rng.integers(1, self.max_ticks + 1))):
-            now = np.concatenate([d.qpos, d.qvel, d.act])
-            d.ctrl[:] = np.clip(script.propose(None, now)[0], self.action_low, self.action_high)
-            mujoco.mj_step(m, d, self.substeps)
-        return np.concatenate([d.qpos, d.qvel, d.act])
+        return self.rolled_under(state, script, int(rng.integers(1, self.max_ticks + 1)))
 
     def param_space(self) -> ParamSpace:
         """The rope's bending stiffness (N m/rad, every joint) and damping (N m s/rad), its
