@@ -145,6 +145,41 @@ def test_every_task_default_reaches_a_run_and_the_rest_is_the_librarys(name):
             assert get_path(cfg, path) == want, path
 
 
+#: each rigid task's planning budget (K, horizon s, twin step s): push-t, peg-insert and block-push at
+#: the knees of their success-vs-compute curves (confirmed in results/tables/knee-confirm.json);
+#: push-upright's knee was not confirmed, pivot's 20 ms twin fails the run's twin-step check at a
+#: 0.25 s horizon, pusher-v5's knee buys no rate: these keep the library's budget
+BUDGET = {"push-t": (16, 0.5, 0.01), "peg-insert": (16, 0.5, 0.01), "block-push": (16, 0.25, 0.02),
+          "push-upright": (32, 0.5, 0.01), "pivot": (32, 0.5, 0.01), "pusher-v5": (32, 0.5, 0.01)}
+
+
+@pytest.mark.parametrize("name", sorted(BUDGET))
+def test_each_rigid_task_plans_at_its_own_budget_and_a_user_command_gets_it(name):
+    from twinloop.cli.generate import resolve
+
+    cfg, sources, _ = resolve(RunConfig, "run", None, {"experiment.task": name})
+    paths = ("planner.refiner.num_samples", "planner.refiner.horizon", "planner.twin_timestep")
+    got = (cfg.planner.refiner.num_samples, cfg.planner.refiner.horizon, cfg.planner.twin_timestep)
+    assert got == BUDGET[name]
+    moved = got != (32, 0.5, 0.01)  # the library's budget
+    assert all(sources[p] == ("task" if p in task_defaults(name) else "library") for p in paths)
+    assert moved == any(task_defaults(name)[p] != v for p, v in zip(paths, (32, 0.5, 0.01), strict=True))
+    # the arm tasks keep their shared optimizer settings whatever their budget
+    if name in ("push-upright", "pivot", "peg-insert"):
+        assert cfg.planner.optimizer == "predictive" and cfg.planner.noise == 0.05
+        assert cfg.planner.refiner.accept == "always"
+
+
+def test_the_arm_tasks_own_their_budgets():
+    # a budget moved on one arm task reaches no other (bar-lift builds on the arm's defaults)
+    from twinloop.tasks.arm import ArmTask
+
+    assert ArmTask.defaults["planner.refiner.num_samples"] == 32
+    assert task_defaults("bar-lift")["planner.refiner.num_samples"] == 32
+    assert task_defaults("peg-insert")["planner.refiner.num_samples"] == 16
+    assert task_defaults("push-upright") is not task_defaults("peg-insert") is not ArmTask.defaults
+
+
 def test_a_config_made_in_code_says_which_values_are_its_task_defaults():
     s = sources_of(RunConfig(task="pivot", episodes=2), task_defaults("pivot"))
     assert s["planner.optimizer"] == s["planner.noise"] == "task"

@@ -12,6 +12,7 @@ from twinloop.errors import TwinloopError
 from twinloop.recipes import COMMANDS, load_recipe, recipe_names
 from twinloop.run.compare import RunConfig
 from twinloop.run.config import config_dict, field_type
+from twinloop.tasks import task_defaults
 
 runner = CliRunner()
 #: what shortens a recipe to one episode, per command (the rest of the recipe runs as written)
@@ -43,12 +44,14 @@ def test_every_recipe_runs_for_one_episode(name, tmp_path):
         assert s["config_sources"]["experiment.episodes"] == "cli"
 
 
-def test_the_demo_runs_its_recipe_and_the_recipe_is_the_library_run():
-    # `twinloop demo` ran RunConfig() (push-t, K=32, 0.5 s, 10 ms twin steps, 20 episodes):
-    # the recipe it now runs resolves to exactly that configuration
+def test_the_demo_runs_its_recipe_and_the_recipe_is_a_users_default_run():
+    # `twinloop demo` is `twinloop run --task push-t` (push-t's planner defaults: K=16, 0.5 s,
+    # 10 ms twin steps) in the shifted world, 20 episodes: what a user's default gives
     cfg, sources, recipe = resolve(RunConfig, "run", "push-t-demo", {})
-    assert recipe.name == "push-t-demo" and config_dict(cfg) == config_dict(RunConfig())
-    assert sources["planner.refiner.num_samples"] == "recipe"
+    user, _, _ = resolve(RunConfig, "run", None, {"experiment.task": "push-t", "experiment.world": "shifted"})
+    assert recipe.name == "push-t-demo" and config_dict(cfg) == config_dict(user)
+    assert cfg.planner.refiner.num_samples == task_defaults("push-t")["planner.refiner.num_samples"] == 16
+    assert sources["planner.refiner.num_samples"] == "task" and sources["experiment.world"] == "recipe"
 
 
 def test_the_demo_episodes_are_the_recipe_episodes(tmp_path):
