@@ -31,9 +31,11 @@ WORLDS = {"seed0": ("shifted world, world seed 0", []),
           "over2": ("over worlds, seed 2", ["--world-per-episode", "--seed", "2"])}
 
 
-def run_row(task: str, extra: list[str], episodes: int) -> dict:
+def run_row(task: str, extra: list[str], episodes: int, pinned: list[str] = ()) -> dict:
+    """One row: ``twinloop run`` with the world's ``extra`` options and the ``pinned`` settings
+    (none for a user's command; ``-k 32`` runs a row at a budget the task no longer defaults to)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = ["twinloop", "run", "--task", task, "--world", "shifted", "--episodes", str(episodes), *extra]
+        cmd = ["twinloop", "run", "--task", task, "--world", "shifted", "--episodes", str(episodes), *extra, *pinned]
         t0 = time.perf_counter()
         proc = subprocess.run([*cmd, "--no-video", "--no-record", "--out", tmp], capture_output=True, text=True)
         if proc.returncode:
@@ -86,6 +88,8 @@ def main(argv=None) -> None:
     ap.add_argument("--worlds", default=",".join(WORLDS), help="comma-separated keys of WORLDS")
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--out", default="results/tables/defaults-table.json")
+    ap.add_argument("--pin", default="", help="options added to every row's command (\"-k 32\"): a budget the "
+                    "tasks no longer default to, for a table of what they gave before")
     args = ap.parse_args(argv)
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.exists() else {}
@@ -94,7 +98,7 @@ def main(argv=None) -> None:
             key = f"{task} | {world}"
             if key in rows:
                 continue
-            rows[key] = run_row(task, WORLDS[world][1], args.episodes)
+            rows[key] = run_row(task, WORLDS[world][1], args.episodes, args.pin.split())
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"rule": "refined >= base - 1 episode; refined >= 80% where base >= 50%",
                                        "rows": rows}, indent=1))

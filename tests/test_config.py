@@ -170,6 +170,19 @@ def test_each_rigid_task_plans_at_its_own_budget_and_a_user_command_gets_it(name
         assert cfg.planner.refiner.accept == "always"
 
 
+def test_the_success_vs_compute_summary_states_each_rigid_tasks_default():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "benchmarks" / "RESULTS.md").read_text()
+    for name in BUDGET:
+        d = task_defaults(name)
+        k, h, step = d["planner.refiner.num_samples"], d["planner.refiner.horizon"], d["planner.twin_timestep"]
+        row = re.search(rf"^\| {re.escape(name)} \| (\d+) \(K=(\d+), ([\d.]+) s, (\d+) ms\)", text, re.M)
+        assert row is not None, name
+        assert (int(row[1]), int(row[2]), float(row[3]), int(row[4])) == (round(k * h / step), k, h, round(1000 * step))
+
+
 def test_the_arm_tasks_own_their_budgets():
     # a budget moved on one arm task reaches no other (bar-lift builds on the arm's defaults)
     from twinloop.tasks.arm import ArmTask
