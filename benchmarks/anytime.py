@@ -5,7 +5,7 @@ Rows: the deformables planned in their fast coarse twins (rope-shape: a twin rop
 20 ms step; cloth-fold: a twin towel of 3x3 vertices at 40 ms), the scripted base and the
 held-out recipes' planner (K=64, 1 s horizon, exact prior, accept always, the repair; the
 recipes' commit and keypoint observer cannot run in real time), and push-t with its task
-defaults as they were when the table ran (K=32, written out); all in the shifted world (severity 2, world seed 0) under ``--realtime`` at world
+defaults; all in the shifted world (severity 2, world seed 0) under ``--realtime`` at world
 rates each cannot fully plan at. The two modes run the same seeds, interleaved episode by
 episode, so both see the same machine load.
 
@@ -41,8 +41,7 @@ PLANNER = {
                    "grasp.reach": 0.3, "grasp.regrasp_reach": 1.0, "grasp.twin_resolution": 4},
     "cloth-fold": {"planner.twin_timestep": 0.04, "planner.refiner.accept": "always", "grasp.repair": True,
                    "grasp.push": 1, "grasp.reach": 0.3, "grasp.twin_resolution": 3},
-    # push-t's planner when the table ran (K=32); its default is now K=16
-    "push-t": {"planner.refiner.num_samples": 32},
+    "push-t": {},
 }
 MODES = {"anytime": True, "off": False}
 

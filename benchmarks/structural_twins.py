@@ -5,7 +5,7 @@ velocity-capped stage) and ``bullet`` (PyBullet: a free block, product friction,
 force-limited constraint stage), each with block-push and push-t. The base is brittle on
 purpose: ``open-loop`` (the task's script rehearsed once in the nominal twin, then replayed).
 The refiner is the library's default, fixed here (MPPI, K=32, 0.5 s horizon, 10 ms twin step;
-push-t and block-push now default to smaller budgets, which these rows do not use), and every
+block-push now defaults to a smaller budget, which these rows do not use), and every
 refined controller is built as ``twinloop run`` builds its own
 (:func:`twinloop.run.build.refined_controller`): its acceptance rule (``--accept``, default the
 run's ``robust``) included, so a row here and ``twinloop run`` with the same world, twin and seeds

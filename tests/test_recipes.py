@@ -45,12 +45,13 @@ def test_every_recipe_runs_for_one_episode(name, tmp_path):
 
 
 def test_the_demo_runs_its_recipe_and_the_recipe_is_a_users_default_run():
-    # `twinloop demo` is `twinloop run --task push-t` (push-t's planner defaults: K=16, 0.5 s,
-    # 10 ms twin steps) in the shifted world, 20 episodes: what a user's default gives
+    # `twinloop demo` is `twinloop run --task push-t` (push-t's planner defaults) in the shifted
+    # world, 20 episodes: what a user's default gives, and still the run it published
+    # (RunConfig(): K=32, 0.5 s, 10 ms twin steps)
     cfg, sources, recipe = resolve(RunConfig, "run", "push-t-demo", {})
     user, _, _ = resolve(RunConfig, "run", None, {"experiment.task": "push-t", "experiment.world": "shifted"})
-    assert recipe.name == "push-t-demo" and config_dict(cfg) == config_dict(user)
-    assert cfg.planner.refiner.num_samples == task_defaults("push-t")["planner.refiner.num_samples"] == 16
+    assert recipe.name == "push-t-demo" and config_dict(cfg) == config_dict(user) == config_dict(RunConfig())
+    assert cfg.planner.refiner.num_samples == task_defaults("push-t")["planner.refiner.num_samples"]
     assert sources["planner.refiner.num_samples"] == "task" and sources["experiment.world"] == "recipe"
 
 

@@ -75,9 +75,9 @@ def demo(
     overwrite: bool = typer.Option(False, help="Replace an earlier twinloop output in --out."),
     video: bool = typer.Option(None, "--video/--no-video", help="Render one refined episode with ghost rollouts."),
 ):
-    """Push-T in a shifted world: the scripted proposer alone vs with MPPI refinement at
-    push-t's planner defaults (K=16, 0.5 s horizon, 10 ms twin steps): the recipe push-t-demo.
-    With --task, the same experiment on that task with its own defaults."""
+    """Push-T in a shifted world: the scripted proposer alone vs with MPPI refinement (K=32,
+    0.5 s horizon, 10 ms twin steps): the recipe push-t-demo. With --task, the same experiment
+    on that task with its own defaults."""
     cli = {path: v for path, v in (("experiment.task", task), ("experiment.episodes", episodes),
                                    ("experiment.seed", seed), ("experiment.out", out), ("experiment.video", video))
            if v is not None}

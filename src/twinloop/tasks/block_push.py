@@ -55,8 +55,10 @@ class BlockPush(Task):
     yaw_tol = 0.15
     # The planner at the knee of block-push's success-vs-compute curve: K=16, a 0.25 s horizon
     # and a 20 ms twin step (200 rollout steps a tick), found on
-    # results/tables/success-vs-compute.json and confirmed on episodes it was not found on
-    # (results/tables/knee-confirm.json: 19/20 against K=32, 0.5 s, 10 ms's 15/20).
+    # results/tables/success-vs-compute.json, confirmed on episodes it was not found on
+    # (results/tables/knee-confirm.json: 19/20 against K=32, 0.5 s, 10 ms's 15/20) and on the
+    # defaults table's rows (20, 20, 20 of 20 against 13, 19, 19: results/tables/defaults-table.json,
+    # results/tables/defaults-table-k32.json).
     defaults = MappingProxyType({**Task.defaults, "planner.refiner.num_samples": 16,
                                  "planner.refiner.horizon": 0.25, "planner.twin_timestep": 0.02})
 
