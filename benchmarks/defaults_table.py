@@ -5,7 +5,8 @@ distributions no setting was tuned on.
 
 Rows: ``twinloop run --task T --world shifted --episodes N`` (world seed 0) and the same with
 ``--world-per-episode --seed S`` for S = 1, 2 (each episode in its own shifted world). Only
-``--no-video --no-record --out`` are added (they change no episode). The rule the table is
+``--no-video --no-record --out`` are added (they change no episode), and ``--pin``'s options
+where given (a budget the tasks no longer default to, named in each row's command). The rule the table is
 read against: refined success never below base success by more than one episode, and refined
 >= 80% wherever the base is >= 50%. Writes a JSON of every row (successes, Wilson intervals,
 control rates, the acceptance verdicts) and prints a Markdown table. Each row is run once, in
