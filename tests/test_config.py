@@ -185,17 +185,6 @@ def test_the_success_vs_compute_summary_states_each_rigid_tasks_default():
         assert (int(row[1]), int(row[2]), float(row[3]), int(row[4])) == (round(k * h / step), k, h, round(1000 * step))
 
 
-def test_the_arm_tasks_own_their_budgets():
-    # each arm task holds its own mapping: a budget moved on one reaches no other (bar-lift
-    # builds on the arm's defaults)
-    from twinloop.tasks.arm import ArmTask
-
-    assert ArmTask.defaults["planner.refiner.num_samples"] == 32
-    assert task_defaults("bar-lift")["planner.refiner.num_samples"] == 32
-    for name in ("push-upright", "pivot", "peg-insert"):
-        assert task_defaults(name) is not ArmTask.defaults, name
-
-
 def test_a_config_made_in_code_says_which_values_are_its_task_defaults():
     s = sources_of(RunConfig(task="pivot", episodes=2), task_defaults("pivot"))
     assert s["planner.optimizer"] == s["planner.noise"] == "task"

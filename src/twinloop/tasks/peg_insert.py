@@ -17,7 +17,6 @@ Success: the peg's bottom 2 cm inside the hole. Failure: ``jammed`` (the peg til
 from __future__ import annotations
 
 import copy
-from types import MappingProxyType
 
 import mujoco
 import numpy as np
@@ -58,7 +57,6 @@ class PegInsert(ArmTask):
     # (results/tables/knee-confirm.json) but lost over the worlds of seed 2 on the defaults
     # table's rows: 15/20 against K=32's 18/20 (results/tables/defaults-table-knees.json,
     # results/tables/defaults-table-k32.json and its rule).
-    defaults = MappingProxyType({**ArmTask.defaults})
 
     # -- geometry ----------------------------------------------------------------------------
 

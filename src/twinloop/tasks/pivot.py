@@ -19,8 +19,6 @@ than 0.5 rad).
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import mujoco
 import numpy as np
 
@@ -68,7 +66,6 @@ class Pivot(ArmTask):
     # its default: `twinloop run` checks a coarse twin step before planning in it, and at a 0.25 s
     # horizon pivot's 20 ms twin ranks candidates unlike its 5 ms scene (median rank correlation
     # 0.75, the check asks 0.8), so the run refuses it.
-    defaults = MappingProxyType({**ArmTask.defaults})
 
     # -- geometry ----------------------------------------------------------------------------
 

@@ -23,8 +23,6 @@ Success: box centre within 2 cm of the goal, heading within 0.15 rad, tilted les
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import numpy as np
 
 from twinloop.params import Param, ParamSpace
@@ -66,7 +64,6 @@ class PushUpright(ArmTask):
     # The arm tasks' planner as it is (K=32, 0.5 s, 10 ms): the knee of push-upright's
     # success-vs-compute curve (K=16, 20 ms) was not confirmed on episodes it was not found on
     # (results/tables/knee-confirm.json: 16/20 against 19/20).
-    defaults = MappingProxyType({**ArmTask.defaults})
 
     def __init__(self, goal=(0.12, 0.0, np.pi / 4)):
         super().__init__()
