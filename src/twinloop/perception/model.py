@@ -225,8 +225,8 @@ class Perception:
         """``(N, S, S, 3)`` uint8 images -> ``(N, n_keypoints)``: the fine stage's keypoints from
         their crops (its members' average)."""
         x = crop(self.meta, np.asarray(images))
-        return average(self.meta, [decode(self.meta, self._run(n, x), fine=True, member=m)
-                                   for m, n in enumerate(self.fine_nets)])
+        each = [decode(self.meta, self._run(n, x), fine=True, member=m) for m, n in enumerate(self.fine_nets)]
+        return each[0] if len(each) == 1 else average(self.meta, each)
 
     @staticmethod
     def _run(net, x: np.ndarray):
