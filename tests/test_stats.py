@@ -7,7 +7,7 @@ import pytest
 from scipy import stats as sps
 
 from twinloop.errors import TwinloopError
-from twinloop.stats import bootstrap_ci, kendall, mmrv, pearson, spearman, wilson
+from twinloop.stats import bootstrap_ci, kendall, mmrv, paired_difference, pearson, spearman, wilson
 
 Z95 = float(sps.norm.ppf(0.975))
 
@@ -123,3 +123,40 @@ def test_ranking_metrics_need_two_policies_of_equal_count():
         pearson([0.5], [0.5])
     with pytest.raises(TwinloopError, match="world values"):
         mmrv([0.1, 0.2], [0.1, 0.2, 0.3])
+
+
+def _paired(a, b, c, d):
+    """Successes of x and y over a + b + c + d episodes: a both, b x only, c y only, d neither."""
+    return [1] * (a + b) + [0] * (c + d), [1] * a + [0] * b + [1] * c + [0] * d
+
+
+def test_paired_difference_without_correlation_is_the_square_and_add_of_the_two_wilson_intervals():
+    # ad - bc = 12 - 7 = 5 <= n/2: no correlation term, so the interval is the plain square-and-add
+    x, y = _paired(1, 1, 7, 12)
+    (l1, u1), (l2, u2) = wilson(2, 21), wilson(8, 21)
+    p1, p2 = 2 / 21, 8 / 21
+    d, lo, hi = paired_difference(x, y)
+    assert d == pytest.approx(p1 - p2)
+    assert lo == pytest.approx(d - np.hypot(p1 - l1, u2 - p2))
+    assert hi == pytest.approx(d + np.hypot(u1 - p1, p2 - l2))
+
+
+def test_paired_difference_is_narrower_for_correlated_pairs_and_antisymmetric():
+    # the same margins, the pairs agreeing more: concordant episodes narrow the interval
+    loose = paired_difference(*_paired(30, 10, 10, 10))
+    tight = paired_difference(*_paired(38, 2, 2, 18))
+    assert loose[0] == tight[0] == 0.0
+    assert tight[2] - tight[1] < loose[2] - loose[1]
+    x, y = _paired(59, 6, 16, 80)
+    d, lo, hi = paired_difference(x, y)
+    assert lo < d < hi < 0  # ten more wins of y among the discordant: y better, shown at 95%
+    d2, lo2, hi2 = paired_difference(y, x)
+    assert (d2, lo2, hi2) == pytest.approx((-d, -hi, -lo))
+    assert paired_difference([1] * 20, [1] * 20) == pytest.approx((0.0, -0.161, 0.161), abs=1e-3)
+
+
+def test_paired_difference_rejects_bad_input():
+    with pytest.raises(TwinloopError, match="equally long"):
+        paired_difference([1, 0], [1])
+    with pytest.raises(TwinloopError, match="booleans"):
+        paired_difference([1, 2], [1, 0])

@@ -7,6 +7,10 @@
       p = k/n,  c = (p + z^2/2n) / (1 + z^2/n),  h = z/(1 + z^2/n) * sqrt(p(1-p)/n + z^2/4n^2)
       CI = [c - h, c + h]
 
+- :func:`paired_difference`: the difference of two success rates measured on the same episodes
+  (paired: each episode a success or not under both), with Newcombe's square-and-add interval
+  (1998, method 10: the two Wilson intervals combined with the pairs' continuity-corrected phi
+  correlation), which uses the pairing (only the discordant episodes move the difference).
 - :func:`bootstrap_ci`: percentile bootstrap of any statistic of a sample (mean final error,
   gap, ...), seeded so the same data and seed give the same interval.
 - How well a twin ranks policies (SIMPLER, Li et al. 2024, ``simpler_env/utils/metrics.py``):
@@ -55,6 +59,40 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z2 / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+
+def paired_difference(x, y, z: float = 1.96) -> tuple[float, float, float]:
+    """``(difference, lo, hi)``: the success rate of ``x`` minus that of ``y`` and Newcombe's
+    interval for it (method 10), ``x`` and ``y`` the successes (booleans) of the same episodes.
+
+    With ``a`` episodes won by both, ``b`` by ``x`` only, ``c`` by ``y`` only and ``d`` by
+    neither: the difference is ``(b - c) / n``; ``(l1, u1)``, ``(l2, u2)`` the Wilson intervals of
+    the two rates ``p1``, ``p2``, ``A = ad - bc`` and ``phi = (A - n/2) / sqrt((a+b)(c+d)(a+c)(b+d))``
+    where ``A > n/2``, ``A / sqrt(...)`` where ``A < 0``, else 0 (and 0 where a margin is empty)::
+
+        lo = D - sqrt((p1-l1)^2 - 2 phi (p1-l1)(u2-p2) + (u2-p2)^2)
+        hi = D + sqrt((u1-p1)^2 - 2 phi (u1-p1)(p2-l2) + (p2-l2)^2)
+    """
+    xs, ys = (np.asarray(v) for v in (x, y))
+    if xs.ndim != 1 or xs.shape != ys.shape or len(xs) == 0:
+        raise TwinloopError(f"paired_difference needs two equally long, non-empty 1-D sequences, got shapes "
+                            f"{xs.shape} and {ys.shape}")
+    if not all(np.isin(v, (0, 1)).all() for v in (xs, ys)):
+        raise TwinloopError("paired_difference: successes must be booleans (or 0/1)")
+    xs, ys = xs.astype(bool), ys.astype(bool)
+    n = len(xs)
+    a, b, c, d = (int(v) for v in ((xs & ys).sum(), (xs & ~ys).sum(), (~xs & ys).sum(), (~xs & ~ys).sum()))
+    p1, p2 = (a + b) / n, (a + c) / n
+    (l1, u1), (l2, u2) = wilson(a + b, n, z), wilson(a + c, n, z)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    cross = a * d - b * c
+    cross = cross - n / 2 if cross > n / 2 else min(cross, 0)
+    phi = cross / math.sqrt(margins) if margins else 0.0
+    diff = p1 - p2
+    lo = diff - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    hi = diff + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return diff, max(-1.0, lo), min(1.0, hi)
 
 
 def bootstrap_ci(values, stat: Callable = np.mean, n_boot: int = 1000, seed: int = 0,

@@ -14,7 +14,7 @@ from twinloop.perception.train import PerceptionConfig
 group = typer.Typer(no_args_is_help=True, help="Perception: the twin's state from camera images (needs PyTorch).")
 
 TRAIN_OPTIONS = {name: (name.replace("_", "-"),) for name in
-                 ("task", "samples", "near_goal", "epochs", "size", "width", "batch", "lr", "seed", "threads", "fine", "coarse", "severity",
+                 ("task", "samples", "near_goal", "epochs", "size", "width", "batch", "lr", "seed", "threads", "fine", "coarse", "members", "severity",
                   "eval_worlds", "eval_states", "out")}
 
 

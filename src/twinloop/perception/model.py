@@ -9,6 +9,9 @@ A model may have a second, **fine** stage: the same architecture reading a fixed
 the image (around the task's :meth:`~twinloop.tasks.Task.near_goal_focus`) at a finer patch
 size, trained on near-goal states only; it replaces the first stage's keypoints where those lie
 well inside the near-goal region and is blended into them towards its edge (:func:`fine_weight`).
+The fine stage may be an ensemble: several networks (its *members*) reading the same crop, each
+trained on its own renders from its own initialization, their estimates averaged
+(:func:`average`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ class Meta:
         fine_centre: ``(n_keypoints,)`` the centre of the region where it is used (the goal).
         fine_gate: ``(position m, angle rad)``: the region's half-extent; the fine stage is used
             alone inside :data:`FINE_INNER` of it, blended linearly into the first stage at its edge.
+        fine_members: how many networks the fine stage averages (1: one network).
+        fine_more_mean, fine_more_scale: the standardization of members 1, 2, ... (each its own
+            training renders'), concatenated (``fine_mean``, ``fine_scale``: member 0's).
     """
 
     task: str
@@ -60,6 +66,9 @@ class Meta:
     fine_scale: tuple[float, ...] = ()
     fine_centre: tuple[float, ...] = ()
     fine_gate: tuple[float, ...] = ()
+    fine_members: int = 1
+    fine_more_mean: tuple[float, ...] = ()
+    fine_more_scale: tuple[float, ...] = ()
 
 
 #: learned keypoint heatmaps of the network
@@ -114,10 +123,24 @@ def n_outputs(meta: Meta) -> int:
     return sum(2 if a else 1 for a in meta.angles)
 
 
-def encode(meta: Meta, values: np.ndarray, fine: bool = False) -> np.ndarray:
+def standardization(meta: Meta, fine: bool = False, member: int = 0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The position targets' ``(mean, scale)``: the first stage's, or with ``fine`` the fine
+    stage member ``member``'s."""
+    if not fine:
+        return meta.mean, meta.scale
+    if member == 0:
+        return meta.fine_mean, meta.fine_scale
+    if not 0 < member < meta.fine_members:
+        raise TwinloopError(f"perception model: no fine stage member {member} (it has {meta.fine_members})")
+    k = len(meta.keypoints)
+    part = slice((member - 1) * k, member * k)
+    return meta.fine_more_mean[part], meta.fine_more_scale[part]
+
+
+def encode(meta: Meta, values: np.ndarray, fine: bool = False, member: int = 0) -> np.ndarray:
     """``(N, n_keypoints)`` keypoint values -> ``(N, n_outputs)`` network targets (of the fine
-    stage with ``fine``)."""
-    mean, scale = (meta.fine_mean, meta.fine_scale) if fine else (meta.mean, meta.scale)
+    stage's member ``member`` with ``fine``)."""
+    mean, scale = standardization(meta, fine, member)
     cols = []
     for i, angle in enumerate(meta.angles):
         v = values[:, i]
@@ -125,9 +148,10 @@ def encode(meta: Meta, values: np.ndarray, fine: bool = False) -> np.ndarray:
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-def decode(meta: Meta, out: np.ndarray, fine: bool = False) -> np.ndarray:
-    """``(N, n_outputs)`` network outputs -> ``(N, n_keypoints)`` keypoint values."""
-    mean, scale = (meta.fine_mean, meta.fine_scale) if fine else (meta.mean, meta.scale)
+def decode(meta: Meta, out: np.ndarray, fine: bool = False, member: int = 0) -> np.ndarray:
+    """``(N, n_outputs)`` network outputs -> ``(N, n_keypoints)`` keypoint values (of the fine
+    stage's member ``member`` with ``fine``)."""
+    mean, scale = standardization(meta, fine, member)
     cols, j = [], 0
     for i, angle in enumerate(meta.angles):
         if angle:
@@ -160,6 +184,17 @@ def fine_weight(meta: Meta, keypoints: np.ndarray) -> np.ndarray:
     return np.clip((1.0 - far) / (1.0 - FINE_INNER), 0.0, 1.0)
 
 
+def average(meta: Meta, estimates: np.ndarray) -> np.ndarray:
+    """``(M, N, n_keypoints)`` estimates of ``M`` networks -> ``(N, n_keypoints)``: positions
+    their mean, angles their circular mean (the direction of the mean unit vector)."""
+    est = np.asarray(estimates, dtype=float)
+    out = est.mean(axis=0)
+    ang = np.array(meta.angles)
+    if ang.any():
+        out[:, ang] = np.angle(np.exp(1j * est[:, :, ang]).mean(axis=0))
+    return out
+
+
 def blend(meta: Meta, coarse: np.ndarray, fine: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``coarse + w (fine - coarse)`` per keypoint, angles along their shorter arc."""
     d = fine - coarse
@@ -171,14 +206,27 @@ def blend(meta: Meta, coarse: np.ndarray, fine: np.ndarray, w: np.ndarray) -> np
 
 
 class Perception:
-    """A trained network with its :class:`Meta` (and its fine stage's network, where
-    ``meta.fine_crop`` names one): ``predict(images) -> (n_keypoints,)``."""
+    """A trained network with its :class:`Meta` (and its fine stage's network, or its members'
+    networks in order, where ``meta.fine_crop`` names one): ``predict(images) -> (n_keypoints,)``."""
 
     def __init__(self, meta: Meta, net, fine_net=None):
-        if bool(meta.fine_crop) != (fine_net is not None):
+        nets = () if fine_net is None else tuple(fine_net) if isinstance(fine_net, list | tuple) else (fine_net,)
+        if bool(meta.fine_crop) != bool(nets):
             raise TwinloopError("a perception model's fine stage needs both its crop (Meta.fine_crop) and its network")
+        k = len(meta.keypoints) * (meta.fine_members - 1)
+        if nets and (len(nets) != meta.fine_members or len(meta.fine_more_mean) != k or len(meta.fine_more_scale) != k):
+            raise TwinloopError(f"a perception model's fine stage has {len(nets)} network(s) for {meta.fine_members} "
+                                "member(s) (Meta.fine_members) and needs each extra member's standardization")
         self.meta, self.net = meta, net.eval()
-        self.fine_net = None if fine_net is None else fine_net.eval()
+        self.fine_nets = tuple(n.eval() for n in nets)
+        self.fine_net = self.fine_nets[0] if nets else None
+
+    def fine_estimates(self, images: np.ndarray) -> np.ndarray:
+        """``(N, S, S, 3)`` uint8 images -> ``(N, n_keypoints)``: the fine stage's keypoints from
+        their crops (its members' average)."""
+        x = crop(self.meta, np.asarray(images))
+        each = [decode(self.meta, self._run(n, x), fine=True, member=m) for m, n in enumerate(self.fine_nets)]
+        return each[0] if len(each) == 1 else average(self.meta, each)
 
     @staticmethod
     def _run(net, x: np.ndarray):
@@ -199,8 +247,7 @@ class Perception:
         w = fine_weight(self.meta, kp)
         near = w > 0
         if near.any():
-            fine = decode(self.meta, self._run(self.fine_net, crop(self.meta, x[near])), fine=True)
-            kp[near] = blend(self.meta, kp[near], fine, w[near])
+            kp[near] = blend(self.meta, kp[near], self.fine_estimates(x[near]), w[near])
         return kp
 
     def predict(self, images: dict) -> np.ndarray:
@@ -218,6 +265,8 @@ class Perception:
         blob = {"meta": asdict(self.meta), "state_dict": self.net.state_dict()}
         if self.fine_net is not None:
             blob["fine_state_dict"] = self.fine_net.state_dict()
+        if len(self.fine_nets) > 1:
+            blob["fine_more_state_dicts"] = [n.state_dict() for n in self.fine_nets[1:]]
         torch.save(blob, path)
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -259,8 +308,10 @@ def load_perception(path, task: str | None = None) -> Perception:
         net.load_state_dict(blob["state_dict"])
         fine = None
         if meta.fine_crop:
-            fine = network(meta, n_outputs(meta), meta.fine_crop[2], meta.fine_patch)
-            fine.load_state_dict(blob["fine_state_dict"])
+            fine = []
+            for sd in [blob["fine_state_dict"], *blob.get("fine_more_state_dicts", [])]:
+                fine.append(network(meta, n_outputs(meta), meta.fine_crop[2], meta.fine_patch))
+                fine[-1].load_state_dict(sd)
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
         raise TwinloopError(f"{str(path)!r} is no perception checkpoint: {exc}") from None
     if task is not None and meta.task != task:

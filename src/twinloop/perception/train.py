@@ -58,6 +58,11 @@ class PerceptionConfig:
             trained on ``samples`` near-goal renders; 0: none.
         coarse: a checkpoint (or shipped model) whose first stage is kept instead of training one
             (with ``fine``: only the fine stage is trained).
+        members: networks in the fine stage (an ensemble: member ``i`` trained as a one-network
+            fine stage with seed ``seed + i``, its own renders and initialization; their estimates
+            averaged). A ``coarse`` checkpoint's fine members are kept when it has fewer than
+            ``members`` reading the same crop side (only the rest are trained); otherwise its fine
+            stage is replaced.
         severity: the appearance shift the evaluation's worlds draw (0..3).
         eval_worlds: world seeds of the evaluation (held-out appearances).
         eval_states: states rendered per evaluation world (as many again near the goal, where
@@ -77,6 +82,7 @@ class PerceptionConfig:
     threads: int = 2
     fine: int = 0
     coarse: str | None = None
+    members: int = 1
     severity: int = 2
     eval_worlds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
     eval_states: int = 100
@@ -84,7 +90,7 @@ class PerceptionConfig:
 
     def __post_init__(self):
         for name, low in (("samples", 16), ("epochs", 1), ("size", 16), ("width", 4), ("batch", 1), ("threads", 1),
-                          ("eval_states", 1), ("seed", 0), ("fine", 0)):
+                          ("eval_states", 1), ("seed", 0), ("fine", 0), ("members", 1)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         number(self.lr, "lr", low=0, low_open=True)
         number(self.near_goal, "near_goal", low=0, high=1)
@@ -94,6 +100,8 @@ class PerceptionConfig:
                                 f"got {self.fine}")
         if self.coarse is not None and not self.fine:
             raise TwinloopError("coarse: a kept first stage only makes sense with a fine stage to train (fine > 0)")
+        if self.members > 1 and not self.fine:
+            raise TwinloopError("members: an ensemble of fine stage networks needs a fine stage (fine > 0)")
 
 
 def keypoints_of(task) -> tuple[list[int], tuple[bool, ...]]:
@@ -232,9 +240,40 @@ def train_fine(cfg: PerceptionConfig, task, coarse: Perception, log: Callable[[s
                                                "fine_train_seconds": train_s}
 
 
+def first_stage(model: Perception) -> Perception:
+    """``model`` without its fine stage."""
+    return Perception(replace(model.meta, fine_crop=(), fine_members=1, fine_more_mean=(), fine_more_scale=()), model.net)
+
+
+def with_member(model: Perception, member: Perception) -> Perception:
+    """``model`` with ``member``'s fine stage (one network, trained on the same first stage and
+    crop) added as its next fine stage member."""
+    a, b = model.meta, member.meta
+    if not a.fine_crop or b.fine_crop != a.fine_crop or b.fine_patch != a.fine_patch or b.fine_members != 1:
+        raise TwinloopError("a fine stage member must be one network reading the model's own fine crop")
+    meta = replace(a, fine_members=a.fine_members + 1, fine_more_mean=a.fine_more_mean + b.fine_mean,
+                   fine_more_scale=a.fine_more_scale + b.fine_scale)
+    return Perception(meta, model.net, [*model.fine_nets, member.fine_net])
+
+
+def train_members(cfg: PerceptionConfig, task, model: Perception, log: Callable[[str], None]) -> tuple[Perception, dict]:
+    """``model``'s fine stage (trained here if it has none) completed to ``cfg.members`` members,
+    member ``i`` trained with seed ``cfg.seed + i``."""
+    rep: dict = {}
+    if model.fine_net is None:
+        model, rep = train_fine(cfg, task, model, log)
+    more, first = [], first_stage(model)
+    for i in range(model.meta.fine_members, cfg.members):
+        log(f"fine stage member {i} (seed {cfg.seed + i})")
+        member, member_rep = train_fine(replace(cfg, seed=cfg.seed + i), task, first, log)
+        model = with_member(model, member)
+        more.append({"member": i, "seed": cfg.seed + i, **member_rep})
+    return model, {**rep, **({"fine_more": more} if more else {})}
+
+
 def train_perception(cfg: PerceptionConfig, log: Callable[[str], None] = print) -> tuple[Perception, dict]:
     """Render, train, and return the model with a report (losses, seconds): its first stage
-    (or ``cfg.coarse``'s), then its fine stage if ``cfg.fine``."""
+    (or ``cfg.coarse``'s), then its fine stage if ``cfg.fine`` (its ``cfg.members`` members)."""
     import torch
 
     task = make_task(cfg.task)
@@ -245,9 +284,13 @@ def train_perception(cfg: PerceptionConfig, log: Callable[[str], None] = print) 
         model, rep = load_perception(cfg.coarse, task=cfg.task), {"coarse": str(cfg.coarse)}
         if model.meta.size != cfg.size:
             raise TwinloopError(f"coarse checkpoint {cfg.coarse!r} reads {model.meta.size} px images, not {cfg.size}")
-        model = Perception(replace(model.meta, fine_crop=()), model.net)
+        keep = bool(model.meta.fine_crop) and model.meta.fine_crop[2] == cfg.fine and model.meta.fine_members < cfg.members
+        if keep:
+            log(f"kept the coarse checkpoint's {model.meta.fine_members} fine stage member(s)")
+        else:
+            model = first_stage(model)
     if cfg.fine:
-        model, fine_rep = train_fine(cfg, task, model, log)
+        model, fine_rep = train_members(cfg, task, model, log)
         rep = {**rep, **fine_rep}
     return model, rep
 
