@@ -16,7 +16,11 @@ at the lowest priority (``nice -n 19``), which stands in for an operator's brows
 machine or on spare cores: a headless Chromium on the controller's own two cores is the worst
 case, not the use the view is meant for.
 
-    python benchmarks/view_overhead.py [--seeds 4] [--ticks 40] [--max-rate 30] [--out benchmarks/view_overhead.json]
+The page draws at most ``--max-fps`` frames a second in the browser (the live view's default;
+``0``: viser's page as it is, which draws continuously while updates arrive, as the results
+before the cap did).
+
+    python benchmarks/view_overhead.py [--seeds 4] [--ticks 40] [--max-rate 30] [--max-fps 15] [--out FILE]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from twinloop.run.compare import RunConfig
 from twinloop.run.experiment import run_episode
 from twinloop.tasks import make_task
 from twinloop.viz.browser import Browser, chromium
+from twinloop.viz.frames import FRAME_CAP
 from twinloop.viz.live import open_view
 
 #: the pages measured: name -> the browser's nice value (None: no browser)
@@ -82,9 +87,11 @@ def settle(pid: int, idle_cores: float = 0.2, most_s: float = 30.0) -> None:
             return
 
 
-def measure(seeds: list[int], ticks: int, nice: int | None, max_rate: float = 30.0) -> dict:
+def measure(seeds: list[int], ticks: int, nice: int | None, max_rate: float = 30.0,
+            max_fps: float | None = FRAME_CAP) -> dict:
     cfg = RunConfig(task="push-t", episodes=1, video=False, record=False)
-    view = open_view(make_task("push-t"), "127.0.0.1", 0, max_rate)
+    view = open_view(make_task("push-t"), "127.0.0.1", 0, max_rate, max_fps=max_fps)
+    assert not view.frame_cap_missing, view.frame_cap_missing
     page = Browser(view.url, nice=nice) if nice is not None else None
     pids = {"view page process": view.process.pid, **({"browser": page.proc.pid} if page else {})}
     try:
@@ -133,14 +140,19 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--ticks", type=int, default=40)
     ap.add_argument("--max-rate", type=float, default=30.0, help="most page updates a second (LiveView's default 30)")
+    ap.add_argument("--max-fps", type=float, default=FRAME_CAP,
+                    help="most frames a second the page draws (0: viser's page as it is, uncapped)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "view_overhead.json"))
     a = ap.parse_args()
     seeds = list(range(a.seeds))
     pages = [n for n in PAGES.values() if n is None or chromium() is not None]
     load = os.getloadavg()
-    runs = [measure(seeds, a.ticks, nice, a.max_rate) for nice in pages]
+    fps = a.max_fps or None
+    runs = [measure(seeds, a.ticks, nice, a.max_rate, fps) for nice in pages]
     cmd = f"python benchmarks/view_overhead.py --seeds {a.seeds} --ticks {a.ticks}"
-    out = {"command": cmd + (f" --max-rate {a.max_rate:g}" if a.max_rate != 30.0 else ""),
+    cmd += (f" --max-rate {a.max_rate:g}" if a.max_rate != 30.0 else "") + (
+        f" --max-fps {a.max_fps:g}" if a.max_fps != FRAME_CAP else "")
+    out = {"command": cmd, "page_frame_cap_fps": fps,
            "task": "push-t", "world": "shifted (severity 2)", "K": 32, "seeds": seeds, "ticks": a.ticks,
            "goals": {"ratio": ">= 0.95", "view_rate_hz": ">= 10"}, "machine": platform.platform(),
            "cpus": os.cpu_count(), "load_average_1_5_15_min": {"start": load, "end": os.getloadavg()}, "runs": runs}

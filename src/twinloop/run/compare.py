@@ -306,7 +306,7 @@ def start_view(cfg: RunConfig, task, executor: Executor | None, log: Callable[[s
     from twinloop.viz.live import open_view
 
     view = open_view(task, e.view_host, e.view_port)
-    log(f"live view: {view.url}")
+    log(f"live view: {view.url}" + (f" ({view.frame_cap_missing})" if view.frame_cap_missing else ""))
     return view
 
 

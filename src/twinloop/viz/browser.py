@@ -23,6 +23,22 @@ import numpy as np
 
 from twinloop.errors import TwinloopError
 
+#: wraps the page's WebGL contexts to count the frames drawn (``clear`` calls) and draw calls
+COUNT_GL = """(() => {
+  if (!window.__twinloopGl) {
+    window.__twinloopGl = {frames: 0, draws: 0};
+    for (const C of [WebGLRenderingContext, WebGL2RenderingContext]) {
+      const p = C.prototype, clear = p.clear;
+      p.clear = function (...a) { window.__twinloopGl.frames++; return clear.apply(this, a); };
+      for (const m of ["drawArrays", "drawElements", "drawArraysInstanced", "drawElementsInstanced"]) {
+        const f = p[m];
+        if (f) p[m] = function (...a) { window.__twinloopGl.draws++; return f.apply(this, a); };
+      }
+    }
+  }
+  return JSON.stringify(window.__twinloopGl);
+})()"""
+
 
 def chromium() -> str | None:
     """The Chromium executable on ``PATH`` (``chromium`` or ``chromium-browser``), or ``None``."""
@@ -32,9 +48,9 @@ def chromium() -> str | None:
 class Browser:
     """Headless Chromium showing ``url`` in a ``width`` x ``height`` window, driven over its
     DevTools protocol (software WebGL: SwiftShader), ``nice`` steps below this process's
-    scheduling priority (0: the same)."""
+    scheduling priority (0: the same), with ``flags``: further command-line switches."""
 
-    def __init__(self, url: str, width: int = 800, height: int = 560, nice: int = 0):
+    def __init__(self, url: str, width: int = 800, height: int = 560, nice: int = 0, flags=()):
         from websockets.sync.client import connect
 
         exe = chromium()
@@ -45,7 +61,7 @@ class Browser:
         self.proc = subprocess.Popen(
             [*lower, exe, "--headless=new", "--no-sandbox", "--use-gl=angle", "--use-angle=swiftshader",
              "--enable-unsafe-swiftshader", f"--window-size={width},{height}", "--remote-debugging-port=0",
-             f"--user-data-dir={self.profile}", url], stderr=subprocess.PIPE, text=True)
+             f"--user-data-dir={self.profile}", *flags, url], stderr=subprocess.PIPE, text=True)
         for line in self.proc.stderr:
             m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
             if m:
@@ -58,14 +74,29 @@ class Browser:
         self.ws = connect(next(t for t in tabs if t["type"] == "page")["webSocketDebuggerUrl"], max_size=2**26)
         self.n = 0
 
-    def screenshot(self) -> np.ndarray:
-        """``(H, W, 3)`` uint8 pixels of the page as it is drawn now."""
+    def command(self, method: str, **params) -> dict:
+        """Send one DevTools protocol command to the page and return its result (events that
+        arrive meanwhile are dropped); a :class:`TwinloopError` carries the browser's error."""
         self.n += 1
-        self.ws.send(json.dumps({"id": self.n, "method": "Page.captureScreenshot", "params": {"format": "png"}}))
+        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
         while True:
             msg = json.loads(self.ws.recv())
             if msg.get("id") == self.n:
-                return imageio.imread(io.BytesIO(base64.b64decode(msg["result"]["data"])))[..., :3]
+                if "error" in msg:
+                    raise TwinloopError(f"chromium refused {method}: {msg['error'].get('message', msg['error'])}")
+                return msg["result"]
+
+    def gl_counts(self) -> dict[str, int]:
+        """``{"frames", "draws"}``: the WebGL frames (``clear`` calls) and draw calls the page has
+        made since the first call of this (which starts counting; the page's renderer clears
+        once a frame)."""
+        res = self.command("Runtime.evaluate", expression=COUNT_GL, returnByValue=True)
+        return json.loads(res["result"]["value"])
+
+    def screenshot(self) -> np.ndarray:
+        """``(H, W, 3)`` uint8 pixels of the page as it is drawn now."""
+        data = self.command("Page.captureScreenshot", format="png")["data"]
+        return imageio.imread(io.BytesIO(base64.b64decode(data)))[..., :3]
 
     def close(self) -> None:
         """Close the page and end the browser."""

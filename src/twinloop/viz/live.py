@@ -33,6 +33,7 @@ import numpy as np
 from twinloop.control.parts import TickHook
 from twinloop.errors import TwinloopError, number
 from twinloop.plugins import USER_MODULE
+from twinloop.viz.frames import FRAME_CAP
 from twinloop.viz.scene import load_viser
 from twinloop.viz.tuning import Tuning, planner_settings
 
@@ -221,21 +222,25 @@ class LiveView:
         max_rate: most page updates per second.
         nice: how much lower the page process's scheduling priority is than this process's
             (0: the same); the page's drawing then yields the cores to control when they are busy.
+        max_fps: most frames a second the page draws in the browser (``None``: viser's own,
+            as many as the browser can while updates arrive; :mod:`twinloop.viz.frames`).
     """
 
-    def __init__(self, task, host: str = "127.0.0.1", port: int = 8080, max_rate: float = 30.0, nice: int = 10):
+    def __init__(self, task, host: str = "127.0.0.1", port: int = 8080, max_rate: float = 30.0, nice: int = 10,
+                 max_fps: float | None = FRAME_CAP):
         load_viser()  # a missing viser is said here, not in the page process
         port = number(port, "view_port", low=0, high=65535, integer=True)
         rate = number(max_rate, "max_rate (Hz)", low=0, low_open=True)
+        fps = None if max_fps is None else number(max_fps, "max_fps (frames/s)", low=0, low_open=True)
         check_port(host, port)
         self.host, self.tuning = host, Tuning()
-        start = (*_for_page(task), host, port, rate, int(nice))
+        start = (*_for_page(task), host, port, rate, int(nice), fps)
         # a fresh interpreter, not a fork (the twin runs threads) nor multiprocessing's spawn (which
         # re-runs the caller's main script, so a script without a main guard would start twice)
         self._lock = threading.Lock()  # the connection's sends: the sending thread's and show_settings'
         self.process, self._conn = start_page()
         self._send("start", start)
-        self.port = self._wait_ready()
+        self.port, self.frame_cap_missing = self._wait_ready()
         self._latest: TickSnapshot | None = None
         self._drawn: TickSnapshot | None = None
         self._sent: dict[int, TickSnapshot] = {}
@@ -250,7 +255,7 @@ class LiveView:
         for t in self._threads:
             t.start()
 
-    def _wait_ready(self) -> int:
+    def _wait_ready(self) -> tuple[int, str]:
         deadline = time.monotonic() + PAGE_START_S
         while not self._conn.poll(0.25):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -264,7 +269,8 @@ class LiveView:
         if kind != "ready":
             self.process.wait(timeout=5)
             raise TwinloopError(f"the live view cannot start: {payload}")
-        return int(payload)
+        port, why_not = payload
+        return int(port), why_not
 
     @property
     def url(self) -> str:
@@ -358,11 +364,12 @@ class LiveView:
             t.join(timeout=5)
 
 
-def open_view(task, host: str, port: int, max_rate: float = 30.0, nice: int = 10) -> LiveView:
+def open_view(task, host: str, port: int, max_rate: float = 30.0, nice: int = 10,
+              max_fps: float | None = FRAME_CAP) -> LiveView:
     """A :class:`LiveView` of ``task`` on ``host:port`` (at most ``max_rate`` page updates a
-    second, its process ``nice`` steps below this one's priority); a :class:`TwinloopError` names
-    a port in use or a missing viser."""
+    second, its process ``nice`` steps below this one's priority, its page drawing at most
+    ``max_fps`` frames a second); a :class:`TwinloopError` names a port in use or a missing viser."""
     try:
-        return LiveView(task, host, port, max_rate, nice)
+        return LiveView(task, host, port, max_rate, nice, max_fps)
     except OSError as exc:
         raise TwinloopError(f"the live view cannot start on {host}:{port}: {exc}") from exc

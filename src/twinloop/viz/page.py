@@ -9,7 +9,8 @@ speak over one connection (a local socket, authenticated):
   then ``("tick", snapshot, seq)`` (a :class:`~twinloop.viz.live.TickSnapshot` whose
   history holds only the entries not sent before, from index ``history_from``),
   ``("settings", values)``, ``("stop", None)``;
-- from the page: ``("ready", port)`` or ``("failed", message)`` once, then ``("drawn", seq)``
+- from the page: ``("ready", (port, why_not))`` (``why_not``: why the page's frame cap could
+  not be applied, else empty) or ``("failed", message)`` once, then ``("drawn", seq)``
   after each tick drawn (the control side sends the next tick only then: ticks published
   meanwhile are dropped there, never queued), ``("tune", (name, value))`` for a planner control
   moved on the page, and ``("error", message)`` for a drawing error.
@@ -28,6 +29,7 @@ from pathlib import Path
 from twinloop import plugins
 from twinloop.tasks import make_task
 from twinloop.viz import panels
+from twinloop.viz.frames import FRAME_CAP, Served
 from twinloop.viz.scene import SceneMirror, light_plainly, load_viser, look_from_above
 
 #: seconds between redraws of the plots and the status line (the scene follows every tick drawn)
@@ -47,13 +49,15 @@ class PageTuning:
 
 
 class Page:
-    """The viser server of one task's live view, drawing the ticks it receives."""
+    """The viser server of one task's live view, drawing the ticks it receives; its page draws
+    at most ``max_fps`` frames a second (``None``: as many as viser's page does)."""
 
-    def __init__(self, conn, task, host: str, port: int, max_rate: float):
+    def __init__(self, conn, task, host: str, port: int, max_rate: float, max_fps: float | None = FRAME_CAP):
         viser = load_viser()
         self.conn, self.task = conn, task
         self.lock = threading.Lock()  # the page's controls send from viser's thread
-        self.server = viser.ViserServer(host=host, port=port, label=f"twinloop {task.name}", verbose=False)
+        self.served = Served(viser, max_fps, host=host, port=port, label=f"twinloop {task.name}", verbose=False)
+        self.server = self.served.server
         self.tuning = PageTuning(self.send)
         self.mirror = SceneMirror(self.server.scene, task.model)
         light_plainly(self.server)
@@ -118,9 +122,11 @@ class Page:
             self.stale = snap
 
 
-def serve(conn, task, source: str | None, host: str, port: int, max_rate: float, nice: int) -> None:
-    """The page process's main: serve ``task``'s live view on ``host:port`` and draw the ticks
-    received over ``conn``, at scheduling priority ``nice`` (added to the current).
+def serve(conn, task, source: str | None, host: str, port: int, max_rate: float, nice: int,
+          max_fps: float | None = FRAME_CAP) -> None:
+    """The page process's main: serve ``task``'s live view on ``host:port`` (its page drawing at
+    most ``max_fps`` frames a second) and draw the ticks received over ``conn``, at scheduling
+    priority ``nice`` (added to the current).
     ``task`` is a task's name or the pickled task; ``source``, the file its class was loaded from
     (``None``: an importable module)."""
     if nice:
@@ -132,17 +138,17 @@ def serve(conn, task, source: str | None, host: str, port: int, max_rate: float,
         if source is not None:  # the task's class comes from a file: load it as the run did
             plugins.module_from_file(Path(source), "task")
         task = make_task(task) if isinstance(task, str) else pickle.loads(task)
-        page = Page(conn, task, host, port, max_rate)
+        page = Page(conn, task, host, port, max_rate, max_fps)
     except Exception as exc:  # noqa: BLE001 - reported to the control process, which raises it
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", page.server.get_port()))
+    conn.send(("ready", (page.server.get_port(), page.served.why_not)))
     try:
         page.run()
     except (EOFError, OSError):  # the control process went away
         pass
     finally:
-        page.server.stop()
+        page.served.stop()
 
 
 def main() -> None:
