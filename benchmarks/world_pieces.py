@@ -34,7 +34,7 @@ from collections import Counter
 
 import numpy as np
 
-from twinloop.control import Controller, RefinerConfig
+from twinloop.control import RefinerConfig
 from twinloop.run.compare import (
     RunConfig,
     build,
@@ -42,6 +42,7 @@ from twinloop.run.compare import (
     controller_in_world,
     episode_seeds,
     episode_stats,
+    refined_controller,
     world_ticks,
 )
 from twinloop.run.experiment import run_episode
@@ -60,12 +61,13 @@ def oracle_controller(cfg: RunConfig, oracle: str, seed: int) -> tuple:
         twin = make_twin(cfg.backend, severe_engine(task).apply(task.model), task.param_space())
         refiner = type(refiner)(task, twin, refiner.optimizer, cfg.refiner)
     refiner.set_params(ShiftedWorld(task, cfg.severity, seed).hidden_params[None])
-    return world, Controller(refiner, proposer)
+    return world, refined_controller(cfg, task, proposer, refiner)
 
 
 def run_piece(a) -> None:
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, iterations=a.iterations, exact_prior=a.exact_prior,
-                       actuation_delay=a.actuation_delay, prior_margin=a.prior_margin)
+                       actuation_delay=a.actuation_delay, prior_margin=a.prior_margin, accept=a.accept,
+                       accept_quantile=a.accept_quantile)
     cfg = RunConfig(task=a.task, severity=a.severity, seed=a.seed, episodes=a.first + a.count,
                     world_per_episode=not a.one_world, proposer=a.proposer, checkpoint=a.checkpoint, refiner=rc,
                     noise=a.noise, particles=a.particles, monitor=a.monitor, video=False, record=False)
@@ -155,6 +157,9 @@ def main() -> None:
     p.add_argument("--actuation-delay", type=float, default=0.0)
     p.add_argument("--monitor", default=None)
     p.add_argument("--oracle", choices=("params", "engine"), default=None)
+    p.add_argument("--accept", choices=("always", "trusted", "robust"), default="robust",
+                   help="the acceptance rule of both refined arms (nominal and oracle twin)")
+    p.add_argument("--accept-quantile", type=float, default=0.75)
     p.add_argument("--refined-only", action="store_true")
     p.add_argument("--base-only", action="store_true")
     p.add_argument("--out", default="world_pieces.jsonl")

@@ -74,6 +74,26 @@ def test_robust_acceptance_quantile_lowers_the_bar(task):
     assert [t.accept for t in _run(ctl, ticks=2)] == ["refined", "refined"]
 
 
+def test_robust_acceptance_judges_nothing_when_the_refiner_chose_the_base(task):
+    from dataclasses import replace
+
+    hook = RobustAcceptance(particles=4, quantile=1.0)
+    ctl = _controller(task, [hook])
+    calls = _rigged(ctl, hook, refined_wins=4)
+    decide = hook.decide
+
+    def refiner_keeps_the_base(tick, batch):  # the exact prior won the batch
+        spec = ctl.refiner.spec
+        tick.plan = replace(batch.prior, knots=np.clip(batch.prior.knots, spec.low, spec.high))
+        decide(tick, batch)
+
+    hook.decide = refiner_keeps_the_base
+    infos = _run(ctl, ticks=2)
+    assert [t.accept for t in infos] == ["base: the refiner chose the base proposal"] * 2
+    assert calls == []  # no particle rollouts for two identical plans
+    assert hook.report() == {"accept": {"refined": 0, "base": 2}}
+
+
 def test_the_base_sent_by_an_acceptance_rule_is_the_proposers_own_action(task):
     base = _controller(task, [])
     base.refine_enabled = False

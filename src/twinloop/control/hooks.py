@@ -187,7 +187,8 @@ class RobustAcceptance(TickHook):
         send refined  iff  wins >= quantile * P
 
     else the base proposal, as rehearsed. ``tick.accept`` says which and why; :meth:`report`
-    counts them. It costs ``2 P`` rollouts a tick (the refiner's batch is ``K``). Without a
+    counts them. It costs ``2 P`` rollouts a tick (the refiner's batch is ``K``), none where
+    the refiner chose the base proposal itself (the same controls: sent, and said so). Without a
     base proposal, or a twin without parameters, the refined plan is always sent.
 
     Args:
@@ -223,20 +224,31 @@ class RobustAcceptance(TickHook):
         else:
             spec = self.refiner.spec
             base = replace(batch.prior, knots=np.clip(batch.prior.knots, spec.low, spec.high))
-            line = self.controller.delay_line
-            j = self.refiner.plan_costs(self.state, [tick.plan, base], self.models, line)  # (P, 2)
-            wins = int(np.sum(j[:, 0] < j[:, 1]))
-            if wins >= self.quantile * self.n:
+            if same_plan(self.refiner, tick.plan, base):  # the base won the batch: nothing to judge
+                why = "base: the refiner chose the base proposal"
+            else:
+                line = self.controller.delay_line
+                j = self.refiner.plan_costs(self.state, [tick.plan, base], self.models, line)  # (P, 2)
+                wins = int(np.sum(j[:, 0] < j[:, 1]))
+                why = "refined" if wins >= self.quantile * self.n else \
+                    f"base: refined wins under {wins} of {self.n} parameter particles"
+            if why == "refined":
                 tick.accept = "refined"
                 self.counts["refined"] += 1
             else:
                 tick.plan, tick.action, tick.cost = base, base.first_action(), tick.prior_cost
-                tick.accept = f"base: refined wins under {wins} of {self.n} parameter particles"
+                tick.accept = why
                 self.counts["base"] += 1
 
     def report(self) -> dict:
         """How many ticks sent the refined plan and the base one."""
         return {"accept": dict(self.counts)}
+
+
+def same_plan(refiner, a, b) -> bool:
+    """Whether plans ``a`` and ``b`` give the same physics controls (the refiner kept the base)."""
+    ca, cb = (refiner.basis.controls(p.knots[None], p.detail) for p in (a, b))
+    return ca.shape == cb.shape and bool(np.array_equal(ca, cb))
 
 
 def acceptance_hooks(config) -> list:
