@@ -242,3 +242,27 @@ def test_async_controller_tells_a_timed_proposer_when_its_plan_starts(task, comp
     assert len(cycles) >= 2
     expected = [c.start if comp else c.obs_time for c in cycles]
     np.testing.assert_allclose(proposer.times[: len(cycles)], expected)
+
+
+def test_actions_in_flight_reach_a_twin_of_any_step():
+    from twinloop.control.asynchronous import per_twin_step
+
+    acts = np.arange(12.0).reshape(6, 2)  # six world ticks of 10 ms
+    np.testing.assert_array_equal(per_twin_step(acts, 0.01, 0.005), np.repeat(acts, 2, axis=0))
+    np.testing.assert_array_equal(per_twin_step(acts, 0.01, 0.01), acts)
+    # a twin step twice the world's tick: each step holds the action of the tick it starts in
+    np.testing.assert_array_equal(per_twin_step(acts, 0.01, 0.02), acts[::2])
+    assert per_twin_step(acts[:0], 0.01, 0.02).shape == (0, 2)
+
+
+def test_real_time_plans_in_a_twin_coarser_than_the_worlds_tick():
+    from twinloop.cli.generate import resolve
+    from twinloop.run.compare import RunConfig, controller_in_world
+    from twinloop.run.experiment import run_episode
+
+    cfg, _, _ = resolve(RunConfig, "run", None, {"experiment.task": "block-push", "realtime": True,
+                                                 "planner.refiner.num_samples": 8, "planner.twin_timestep": 0.02})
+    world, ctl = controller_in_world(cfg, "refined")
+    assert ctl.refiner.twin.dt > world.period  # 20 ms against the world's 10 ms
+    r = run_episode(world, ctl, 0, max_ticks=30, record=False)
+    assert r.ticks == 30

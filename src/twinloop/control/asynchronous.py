@@ -224,7 +224,6 @@ class AsyncController(Controller):
         for those ticks, else what the current plan will send, else the previous control
         (``hold`` before the first tick a sent action can reach, tick 1)."""
         ticks = int(round((t1 - t0) / self._period))
-        per_tick = int(round(self._period / self.refiner.twin.dt))
         first = int(round(t0 / self._period))
         out = np.empty((ticks, self.task.nu))
         last = hold
@@ -234,7 +233,7 @@ class AsyncController(Controller):
                 if a is None and self._current is not None and j >= 1:
                     a = self._action_at(self._current[3], self._current[1], j * self._period)
                 out[i] = last = last if a is None else a
-        return np.repeat(out, per_tick, axis=0)
+        return per_twin_step(out, self._period, self.refiner.twin.dt)
 
     def predict(self, state: np.ndarray, t_obs: float, start: float) -> tuple[np.ndarray, np.ndarray | None, float]:
         """``(state at world time start, the delay line then, lead in s)``: the twin rolled from
@@ -319,3 +318,12 @@ class AsyncController(Controller):
             return None
         return cycle_deadline(interval, [c.overhead for c in self.cycles] or [spent], self.config.margin)
 
+
+def per_twin_step(per_tick: np.ndarray, period: float, dt: float) -> np.ndarray:
+    """``(n, nu)`` controls per twin step of ``dt`` s from ``(ticks, nu)`` actions held for world
+    ticks of ``period`` s: each twin step takes the action of the world tick it starts in (``dt``
+    a divisor of ``period``: each action repeated ``period / dt`` times; a twin step coarser than
+    the world's tick: the action of every ``dt / period``-th tick)."""
+    n = int(round(len(per_tick) * period / dt))
+    idx = np.floor(np.arange(n) * dt / period + 1e-6).astype(int)
+    return per_tick[np.minimum(idx, len(per_tick) - 1)] if len(per_tick) else per_tick[:0]

@@ -54,6 +54,7 @@ class BlockPush(Task):
     pos_tol = 0.015
     yaw_tol = 0.15
     # The planner at the knee of block-push's success-vs-compute curve: K=16, a 0.25 s horizon
+    # (rounded to 2 control ticks of 0.1 s, as every row below ran it)
     # and a 20 ms twin step (200 rollout steps a tick), found on
     # results/tables/success-vs-compute.json, confirmed on episodes it was not found on
     # (results/tables/knee-confirm.json: 19/20 against K=32, 0.5 s, 10 ms's 15/20) and on the
