@@ -166,7 +166,8 @@ def _distill_body(summary: dict) -> list[str]:
         (blo, bhi), (rlo, rhi) = r.get("base_ci", [0, 0]), r.get("refined_ci", [0, 0])
         refined = r.get("refined_success")
         lines.append(f"| {r['round']} | {eps.get('twin', '?')} + {eps.get('world', '?')} | "
-                     f"{round(r['base_success'] * n)}/{n} | [{_pct(blo)}, {_pct(bhi)}] | "
+                     f"{round(r['base_success'] * r.get('base_episodes', n))}/{r.get('base_episodes', n)} | "
+                     f"[{_pct(blo)}, {_pct(bhi)}] | "
                      f"{1000 * r.get('base_error', float('nan')):.1f} mm | "
                      f"{'-' if refined is None else f'{round(refined * n)}/{n}'} | [{_pct(rlo)}, {_pct(rhi)}] |")
     rows = {r["controller"]: r for r in summary.get("results", []) if isinstance(r, dict)}

@@ -533,7 +533,7 @@ TINY_CALIB = CalibConfig(method="cma", max_evals=6, cma_popsize=3, delay_steps=0
 
 def test_tiny_distill_loop_writes_rounds_and_aggregates_data_on_disk(torch, tmp_path):
     cfg = DistillConfig(task="block-push", world="shifted", collect=2, twin_dagger=1, dagger_episodes=1, episodes=2,
-                        rounds=2, refiner=RefinerConfig(num_samples=8, horizon=0.3), k_sweep=(4,),
+                        alone_episodes=3, rounds=2, refiner=RefinerConfig(num_samples=8, horizon=0.3), k_sweep=(4,),
                         calib=TINY_CALIB, calib_episodes=1, calib_ticks=10, baselines=("refined",),
                         policy=PolicyConfig(steps=10, width=16, depth=1), max_ticks=6, seed=1,
                         out=str(tmp_path / "run"))
@@ -546,6 +546,11 @@ def test_tiny_distill_loop_writes_rounds_and_aggregates_data_on_disk(torch, tmp_
     rounds = on_disk["rounds"]
     assert [r["round"] for r in rounds] == [1, 2]
     assert set(rounds[0]) >= {"base_success", "refined_success", "min_k", "k_at_goal", "train_seconds", "base_ci"}
+    # the policy alone on its own count of episodes (the first of the same seeds), the refined on 2
+    assert [r["base_episodes"] for r in rounds] == [3, 3]
+    assert [len(on_disk["per_episode"][c]) for c in ("distilled", "distilled+refined")] == [3, 2]
+    assert [e["seed"] for e in on_disk["per_episode"]["distilled"]][:2] == \
+        [e["seed"] for e in on_disk["per_episode"]["distilled+refined"]]
     assert set(rounds[0]["k_success"]) == {"4", "8"} and set(on_disk["baselines"]["refined"]["k_success"]) == {"4", "8"}
     # round 2 trains on round 1's data plus one twin DAgger episode and one world episode
     assert rounds[0]["train_episodes"] == {"twin": 2, "world": 0}

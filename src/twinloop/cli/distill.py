@@ -20,7 +20,9 @@ def _pct(v) -> str:
 
 
 def rounds_table(summary: dict):
-    t = Table(title=f"outer loop: {summary['task']} (success over {summary['episodes']} episodes)")
+    alone = {r.get("base_episodes", summary["episodes"]) for r in summary["rounds"] if "base_success" in r}
+    each = f"{summary['episodes']} episodes" + ("" if alone <= {summary["episodes"]} else f", alone {max(alone)}")
+    t = Table(title=f"outer loop: {summary['task']} (success over {each})")
     for col in ("round", "train episodes (twin+world)", "train s", "base alone", "base + refinement",
                 "min K", "K at goal", "success by K"):
         t.add_column(col, justify="right")

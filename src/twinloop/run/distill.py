@@ -292,13 +292,14 @@ class DistillRun:
         cfg, K, n = self.cfg, self.cfg.refiner.num_samples, self.cfg.episodes
         round_, what = arg.split(" ")
         round_ = int(round_)
-        policy, seeds = self.policy(round_), cfg.eval_seeds()
+        policy, seeds = self.policy(round_), cfg.eval_seeds(alone=what == "alone")
         rec = next(r for r in state["summary"]["rounds"] if r["round"] == round_)
         if what == "alone":
             base = self.episodes(f"base r{round_}", self.world, self.controller(policy, K, refine=False), seeds)
             _record(state, "distilled", base)
-            k_base = sum(e.success for e in base)
-            rec.update({"base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base)})
+            k_base, n = sum(e.success for e in base), len(base)
+            rec.update({"base_success": k_base / n, "base_ci": list(wilson(k_base, n)), "base_error": _error(base),
+                        "base_episodes": n})
             self.log(f"round {round_}: the policy alone {k_base}/{n}, mean final error {1e3 * _error(base):.0f} mm")
             return []
         k = int(what.removeprefix("K="))

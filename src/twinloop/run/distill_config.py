@@ -75,6 +75,9 @@ class DistillConfig:
         dagger_episodes: episodes after each round but the last of policy + refinement in the
             world (robot time), its refined plans as labels.
         episodes: evaluation episodes per controller (the same seeds every round).
+        alone_episodes: evaluation episodes of the policy alone, the first of the same seeds
+            (``None``: ``episodes``); alone is cheap (no refinement), so a task may ask for more
+            episodes there than for its refined controllers, where a round's rise is measured.
         rounds: R, train/evaluate/aggregate rounds.
         k_sweep: Ks at which policy + refinement (and the baselines) are evaluated (K itself
             is always included).
@@ -104,6 +107,7 @@ class DistillConfig:
     collect_noise: float = 0.0
     twin_dagger: int = 40
     dagger_episodes: int = 10
+    alone_episodes: int | None = None
     rounds: int = 3
     k_sweep: tuple[int, ...] = (4, 8, 16, 32)
     baselines: tuple[str, ...] = tuple(BASELINES)
@@ -141,6 +145,9 @@ class DistillConfig:
                           ("proposal_samples", 0), ("calib_episodes", 1), ("calib_ticks", 2)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         object.__setattr__(self, "goal_success", number(self.goal_success, "goal_success", low=0, high=1))
+        if self.alone_episodes is not None:
+            object.__setattr__(self, "alone_episodes", number(self.alone_episodes, "alone_episodes", low=1,
+                                                              high=50_000, integer=True))
         object.__setattr__(self, "collect_noise", number(self.collect_noise, "collect_noise", low=0, high=1))
         object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
         if (self.experiment.episodes > 50_000 or self.collect > 9_000 or self.twin_dagger > 9_000
@@ -155,8 +162,9 @@ class DistillConfig:
         return replace(self.policy, seed=self.seed, chunk=self.policy.chunk or ticks)
 
     # one seed range per purpose, so evaluation never sees a training episode's start
-    def eval_seeds(self) -> list[int]:
-        return [self.seed * 100_000 + i for i in range(self.episodes)]
+    def eval_seeds(self, alone: bool = False) -> list[int]:
+        n = self.alone_episodes if alone and self.alone_episodes is not None else self.episodes
+        return [self.seed * 100_000 + i for i in range(n)]
 
     def collect_seeds(self) -> list[int]:
         return [self.seed * 100_000 + 50_000 + i for i in range(self.collect)]
