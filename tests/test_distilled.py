@@ -524,6 +524,16 @@ def test_distill_config_rejects_bad_values():
         DistillConfig(k_sweep=(1, 8))
     with pytest.raises(TwinloopError, match="twin_dagger or dagger_episodes"):
         DistillConfig(rounds=2, twin_dagger=0, dagger_episodes=0)
+    # each purpose's episode seeds stay in their own range: no round's DAgger starts repeat another's
+    for bad in ({"twin_dagger": 2001}, {"dagger_episodes": 1001}, {"rounds": 11}, {"calib_episodes": 10_001},
+                {"alone_episodes": 50_001}):
+        with pytest.raises(TwinloopError, match=next(iter(bad))):
+            DistillConfig(**bad)
+    cfg = DistillConfig(rounds=10, twin_dagger=2000, dagger_episodes=1000, calib_episodes=10_000, collect=9000)
+    ranges = [cfg.eval_seeds(), cfg.collect_seeds(), cfg.calib_seeds(),
+              *(f(r) for r in range(1, cfg.rounds) for f in (cfg.dagger_seeds, cfg.twin_dagger_seeds))]
+    assert len(set().union(*map(set, ranges))) == sum(map(len, ranges))
+    assert max(map(max, ranges)) < 100_000 <= DistillConfig(seed=1).eval_seeds()[0]
     with pytest.raises(TwinloopError, match="teacher"):
         DistillConfig(teacher="oracle")
 

@@ -150,10 +150,13 @@ class DistillConfig:
                                                               high=50_000, integer=True))
         object.__setattr__(self, "collect_noise", number(self.collect_noise, "collect_noise", low=0, high=1))
         object.__setattr__(self, "k_sweep", tuple(number(k, "k_sweep value", low=2, integer=True) for k in self.k_sweep))
-        if (self.experiment.episodes > 50_000 or self.collect > 9_000 or self.twin_dagger > 9_000
-                or self.dagger_episodes > 1_000):
-            raise TwinloopError("episodes <= 50000, collect and twin_dagger <= 9000, dagger_episodes <= 1000 "
-                                "(seed ranges)")
+        # the seed ranges below must not overlap: twin DAgger's rounds are 2000 apart, the world's 1000,
+        # and the last round's twin DAgger must stay below calibration's seeds
+        if (self.experiment.episodes > 50_000 or self.collect > 9_000 or self.twin_dagger > 2_000
+                or self.dagger_episodes > 1_000 or self.rounds > 10 or self.calib_episodes > 10_000):
+            raise TwinloopError("episodes <= 50000, collect <= 9000, twin_dagger <= 2000 a round, dagger_episodes "
+                                "<= 1000 a round, rounds <= 10 and calib_episodes <= 10000 (each purpose has its own "
+                                "range of episode seeds)")
         if self.rounds > 1 and self.twin_dagger + self.dagger_episodes < 1:
             raise TwinloopError("rounds > 1 need twin_dagger or dagger_episodes >= 1 (no new data otherwise)")
 
