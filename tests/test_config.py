@@ -283,3 +283,19 @@ def test_a_calibration_starts_from_the_defaults_of_the_task_its_dataset_was_reco
     assert sources["calib.delay_profile"] == "task"
     named, _, _ = resolve(CalibrateConfig, "calibrate", None, {"task": "block-push"}, "task", lambda: "quadruped-walk")
     assert named.calib.delay_profile == 0  # the command line's task wins
+
+
+def test_a_runs_episode_seeds_meet_neither_the_next_seeds_nor_its_monitors():
+    from twinloop.run.build import monitor_seeds
+
+    with pytest.raises(TwinloopError, match=r"first_episode \+ episodes must be <= 100000"):
+        RunConfig(first_episode=99_999, episodes=2)
+    last = RunConfig(first_episode=99_990, episodes=10)
+    assert max(last.experiment.episode_seeds()) < min(RunConfig(seed=1).experiment.episode_seeds())
+    with pytest.raises(TwinloopError, match=r"with a monitor, first_episode \+ episodes must be <= 50000"):
+        RunConfig(monitor="flag", first_episode=49_990, episodes=11)
+    with pytest.raises(TwinloopError, match="monitor_episodes must be <= 20000"):
+        RunConfig(monitor="flag", monitor_episodes=20_001)
+    cfg = RunConfig(monitor="flag", first_episode=49_990, episodes=10, monitor_episodes=20_000)
+    measured, monitored = cfg.experiment.episode_seeds(), monitor_seeds(cfg)
+    assert max(measured) < min(monitored) and max(monitored) < 70_000  # the validation's default first seed

@@ -100,3 +100,12 @@ def test_bad_validation_input_is_refused_with_its_reason(tmp_path, far_off):
     plain.write_text(json.dumps(_fitted(make_task("block-push"), x).to_dict(), allow_nan=False))
     with pytest.raises(TwinloopError, match="records no candidate twins"):
         run_comparison(_run(str(plain), tmp_path / "out", validate=V(episodes=2)), log=lambda _: None)
+
+
+def test_default_validation_seeds_stay_in_their_seed_block():
+    with pytest.raises(TwinloopError, match="validate.episodes must be <= 30000"):
+        RunConfig(task="block-push", posterior="posterior.json", validate=V(episodes=30_001))
+    cfg = RunConfig(task="block-push", posterior="posterior.json", validate=V(episodes=30_000))
+    assert max(validation_seeds(cfg)) < min(RunConfig(task="block-push", seed=1).experiment.episode_seeds())
+    assert len(validation_seeds(RunConfig(task="block-push", posterior="p.json", validate=V(episodes=40_000,
+                                                                                            seed=10**6)))) == 40_000

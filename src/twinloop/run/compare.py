@@ -99,7 +99,8 @@ class RunConfig:
             threshold is calibrated on ``monitor_episodes`` refined episodes recorded first in the
             nominal counterpart of the world (its noise, delay and engine); simulated worlds, not
             in real time.
-        monitor_episodes: nominal episodes the monitor's threshold is calibrated on.
+        monitor_episodes: nominal episodes the monitor's threshold is calibrated on (at most 20000,
+            on seeds ``seed * 100000 + 50000 + i``; the measured episodes then stay below 50000).
         observe: what the controllers see: ``state`` (the world's observation vector) | ``rgb``
             (camera images of a simulated world, under an appearance shift of the world's
             ``severity`` drawn by its seed, plus the robot's own joint state, read by
@@ -161,6 +162,13 @@ class RunConfig:
 
     def _check_validation(self) -> None:
         e = self.experiment
+        if self.monitor:  # the seed's block: measured episodes below 50000, the monitor's 50000-69999
+            if e.first_episode + e.episodes > 50_000:
+                raise TwinloopError(f"with a monitor, first_episode + episodes must be <= 50000 (the monitor's episode "
+                                    f"seeds start there), got {e.first_episode} + {e.episodes}")
+            if self.monitor_episodes > 20_000:
+                raise TwinloopError(f"monitor_episodes must be <= 20000 (its episode seeds, seed * 100000 + 50000 + i, "
+                                    f"stay below the validation's), got {self.monitor_episodes}")
         monitored = [e.seed * 100_000 + 50_000 + i for i in range(self.monitor_episodes)] if self.monitor else []
         check_validation(self, monitored)
 

@@ -146,7 +146,8 @@ class ExperimentConfig:
             world on the same episode. Needs a world a seed draws (``shifted``).
         episodes: episodes per controller.
         first_episode: index of the first episode: a run split into pieces (``first_episode``
-            0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does.
+            0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does. ``first_episode +
+            episodes`` is at most 100000, the seed's block of episode seeds.
         seed: seeds the world's hidden physics (unless ``world_seed``) and, with the episode
             index, each episode (``seed * 100000 + i``).
         max_ticks: episode length in control ticks (``None``: the task's).
@@ -185,6 +186,9 @@ class ExperimentConfig:
         object.__setattr__(self, "episodes", number(self.episodes, "episodes", low=1, integer=True))
         object.__setattr__(self, "first_episode", number(self.first_episode, "first_episode", low=0, high=99_999,
                                                          integer=True))
+        if self.first_episode + self.episodes > 100_000:  # past it, the next seed's episodes
+            raise TwinloopError("first_episode + episodes must be <= 100000 (a seed's block of episode seeds, "
+                                f"seed * 100000 + index), got {self.first_episode} + {self.episodes}")
         object.__setattr__(self, "severity", number(self.severity, "severity", low=0, high=3, integer=True))
         object.__setattr__(self, "seed", number(self.seed, "seed", low=0, integer=True))
         if self.world_seed is not None:

@@ -51,6 +51,10 @@ def check_validation(cfg: RunConfig, monitor_seeds: Sequence[int] = ()) -> None:
     if cfg.planner.candidate is not None:
         raise TwinloopError(f"planner.candidate={cfg.planner.candidate!r} names the twin to plan with and "
                             f"planner.validate.episodes={cfg.planner.validate.episodes} chooses one: pass one of them")
+    v = cfg.planner.validate
+    if v.seed is None and v.episodes > 30_000:
+        raise TwinloopError(f"planner.validate.episodes must be <= 30000 on the default seeds (seed * 100000 + 70000 + "
+                            f"i, the seed's block ends at 100000), got {v.episodes}: give validate.seed for more")
     seeds = set(validation_seeds(cfg))
     for what, other in (("measured episodes'", cfg.experiment.episode_seeds()), ("monitor's", monitor_seeds)):
         clash = sorted(seeds & set(other))
