@@ -284,6 +284,15 @@ def test_runs_with_one_calib_seed_calibrate_on_the_same_excitation_whatever_thei
         EvaluateConfig(calib_seed=-1)
 
 
+def test_evaluation_and_calibration_seeds_keep_their_own_ranges():
+    for bad, field in (({"episodes": 90_001}, "episodes <= 90000"), ({"calib_episodes": 10_001}, "calib_episodes <= 10000")):
+        with pytest.raises(TwinloopError, match=field):
+            EvaluateConfig(**bad)
+    cfg = EvaluateConfig(episodes=90_000, calib_episodes=10_000)
+    ranges = [cfg.episode_seeds(), cfg.calib_seeds(), EvaluateConfig(seed=1).episode_seeds()]
+    assert len(set().union(*map(set, ranges))) == sum(map(len, ranges))
+
+
 TIMING = ("wall_time_s", "control_hz")
 
 

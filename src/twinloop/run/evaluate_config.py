@@ -42,7 +42,9 @@ class EvaluateConfig:
         twins: the twin-worlds to compare (``nominal``, ``calibrated``, ``calibrated-physics``);
             the last one listed is the headline of ``summary["evaluation"]``.
         calib: the calibration of the calibrated twins (``delay_steps=None`` estimates the delay).
-        calib_episodes: excitation episodes recorded in the world for calibration.
+        calib_episodes: excitation episodes recorded in the world for calibration (at most
+            10000, on seeds ``calib_seed * 100000 + 90000 + i``; the evaluation's episodes, at
+            most 90000, stay below them).
         calib_ticks: their length (ticks).
         calib_seed: seeds the excitation episodes and the noise estimate (default: ``seed``); runs
             that pool into one evaluation (new seeds, same twin) pass the same one.
@@ -99,6 +101,11 @@ class EvaluateConfig:
         for name in ("calib_episodes", "calib_ticks", "n_boot"):
             if getattr(self, name) < 1:
                 raise TwinloopError(f"{name} must be >= 1, got {getattr(self, name)}")
+        # the seed's block: evaluation episodes below 90000, calibration's 90000-99999
+        if self.experiment.episodes > 90_000 or self.calib_episodes > 10_000:
+            raise TwinloopError(f"episodes <= 90000 and calib_episodes <= 10000 (each has its own range of episode "
+                                f"seeds, seed * 100000 + i and calib_seed * 100000 + 90000 + i), got "
+                                f"{self.experiment.episodes} and {self.calib_episodes}")
         if self.calib_seed is not None:
             object.__setattr__(self, "calib_seed", number(self.calib_seed, "calib_seed", low=0, integer=True))
         if self.plan_states < 0:
