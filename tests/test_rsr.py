@@ -96,6 +96,20 @@ def test_bad_config_is_named():
         RSRConfig(gap=GapConfig(metric="tv"))
 
 
+def test_rounds_and_the_evaluation_never_share_an_episode_seed():
+    from types import SimpleNamespace
+
+    for bad in ({"episodes": 1001}, {"eval_episodes": 101}, {"rounds": 1000}):
+        with pytest.raises(TwinloopError, match=next(iter(bad))):
+            RSRConfig(**bad)
+    cfg = RSRConfig(episodes=1000, eval_episodes=100, rounds=999)
+    loop = SimpleNamespace(cfg=cfg)
+    ranges = [RSRLoop._seeds(loop, 0, cfg.eval_episodes, offset=900),
+              *(RSRLoop._seeds(loop, r, cfg.episodes) for r in range(1, cfg.rounds + 1))]
+    assert len(set().union(*map(set, ranges))) == sum(map(len, ranges))
+    assert max(map(max, ranges)) < RSRLoop._seeds(SimpleNamespace(cfg=RSRConfig(seed=1)), 0, 1)[0]
+
+
 def test_cli_runs_rsr_and_calibrates_its_episodes(tmp_path):
     from typer.testing import CliRunner
 

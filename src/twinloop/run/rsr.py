@@ -66,6 +66,10 @@ class RSRConfig:
     (the task's episode length, K=32, 0.5 s, 10 ms twin steps); flat construction reaches their
     fields (``RSRConfig(task="pivot", episodes=2)``).
 
+    Round ``r`` collects on episode seeds ``seed * 1000000 + 1000 * r + j`` (``episodes`` at
+    most 1000 a round), the evaluation runs on ``seed * 1000000 + 900 + j``: no two purposes,
+    rounds or base seeds share one.
+
     Attributes:
         experiment: the task, its ShiftedWorld (``severity``, ``world_seed``: ``None`` is
             ``seed``), the episodes collected per round (``episodes``), their length and the seed
@@ -74,8 +78,8 @@ class RSRConfig:
         planner: the collecting controller's planner (:class:`~twinloop.run.sections.PlannerConfig`):
             its ``particles`` (at least 1) are the parameter particles it plans under, and the
             fit returns at least this many posterior samples, whatever ``calib.particles`` says.
-        rounds: collect -> calibrate -> evaluate rounds.
-        eval_episodes: episodes evaluated per round (same seeds every round).
+        rounds: collect -> calibrate -> evaluate rounds (at most 999).
+        eval_episodes: episodes evaluated per round (same seeds every round; at most 100).
         beta: InfoGap weight during collection (0: collect with the task cost only).
         info_noise: position noise std assumed by InfoGap (m), on the observed coordinates.
         info_angle_noise: angle noise std assumed by InfoGap (rad).
@@ -107,8 +111,12 @@ class RSRConfig:
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
         self.experiment.refuse("rsr", world="shifted", world_per_episode=False, first_episode=0, video=False)
         number(self.planner.particles, "particles", low=1, integer=True)
-        for name in ("rounds", "eval_episodes"):
-            object.__setattr__(self, name, number(getattr(self, name), name, low=1, integer=True))
+        # episode seeds seed * 1000000 + 1000 * round + j: a round's 1000, the evaluation's 900-999 of round 0
+        for name, high in (("rounds", 999), ("eval_episodes", 100)):
+            object.__setattr__(self, name, number(getattr(self, name), name, low=1, high=high, integer=True))
+        if self.experiment.episodes > 1_000:
+            raise TwinloopError(f"episodes must be <= 1000 a round (each round's episode seeds are 1000 apart), got "
+                                f"{self.experiment.episodes}")
         object.__setattr__(self, "beta", number(self.beta, "beta", low=0))
         for name in ("info_noise", "info_angle_noise"):
             object.__setattr__(self, name, number(getattr(self, name), name, low=0, low_open=True))
