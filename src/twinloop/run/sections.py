@@ -143,7 +143,9 @@ class ExperimentConfig:
             ``seed``) in the same world. ``None``: ``seed``. Not with ``world_per_episode``.
         world_per_episode: a world distribution: each episode in its own world, whose world seed
             is the episode's seed (``seed * 100000 + index``); every controller meets the same
-            world on the same episode. Needs a world a seed draws (``shifted``).
+            world on the same episode. Needs a world a seed draws (``shifted``). With ``seed`` 0
+            the worlds are world seeds 0, 1, ...: a single world ``world_seed=k`` is held out
+            from such a run only if ``k`` is at least its episode count.
         episodes: episodes per controller.
         first_episode: index of the first episode: a run split into pieces (``first_episode``
             0 and 10 of ``episodes`` 10) runs the episodes one run of 20 does. ``first_episode +
