@@ -142,6 +142,27 @@ def test_a_twin_timestep_that_does_not_divide_the_control_period_is_refused(push
         Refiner(push_t, make_twin("mujoco", m), make_optimizer("mppi"))
 
 
+def test_a_coarse_twin_step_is_judged_the_same_whichever_episodes_are_run():
+    # rope-shape's default twin (4 links at 20 ms): the check's own sample from episode seed
+    # 906 holds 2 rollouts unstable only at 20 ms, so a check drawn from the run's seed refused
+    # `--seed 906` and accepted `--seed 901`; the verdict is the twin's, not the episodes'
+    from twinloop.control import check_timestep
+    from twinloop.run.build import build
+    from twinloop.run.compare import RunConfig
+    from twinloop.run.config import configure
+    from twinloop.tasks import task_defaults
+
+    task = make_task("rope-shape").at_resolution(4)
+    fine = make_twin("mujoco", task.model, task.param_space())
+    coarse = make_twin("mujoco", task.model, task.param_space(), timestep=0.02)
+    assert not check_timestep(task, coarse, fine, horizon=1.0, seed=906, strict=False)["ok"]
+    for seed in (901, 906):
+        cfg, _ = configure(RunConfig, task_defaults("rope-shape"), {},
+                           {"experiment.task": "rope-shape", "experiment.seed": seed})
+        refiner = build(cfg)[3]
+        assert refiner.twin.dt == pytest.approx(0.02)
+
+
 def test_a_block_push_refiner_on_a_push_t_twin_is_refused(push_t, block_push):
     assert push_t.nu == block_push.nu  # comparing actuators alone let this through
     with pytest.raises(TwinloopError, match="does not simulate task 'block-push'"):

@@ -78,8 +78,8 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.monitor == "adapt" and not task.param_space().on("actuator"):
         raise TwinloopError(f"monitor='adapt' refits the actuators' parameters; task {cfg.experiment.task!r} has none among "
                             f"{task.param_space().names}")
-    twin = refiner_twin(task, cfg.planner.backend, planning_timestep(cfg), cfg.planner.refiner.horizon, cfg.experiment.seed,
-                        check_twin, planning_model(cfg, task))
+    twin = refiner_twin(task, cfg.planner.backend, planning_timestep(cfg), cfg.planner.refiner.horizon,
+                        check=check_twin, model=planning_model(cfg, task))
     params, delay, _ = planning_choice(cfg, task, twin.param_space)  # a posterior that fails its check: nominal
     rcfg = cfg.planner.refiner
     rcfg = rcfg if delay == rcfg.actuation_delay else replace(rcfg, actuation_delay=delay)
@@ -119,17 +119,22 @@ def base_config(cfg: RunConfig) -> RunConfig:
 
 
 def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, horizon: float | None = None,
-                 seed: int = 0, check: bool = True, model=None):
+                 check: bool = True, model=None):
     """The twin a refiner plans in: ``backend`` at ``timestep`` (s) when that is coarser than the
     scene's, checked once (``check``) to rank candidates as the scene's own step does over
     ``horizon`` (:func:`~twinloop.control.check_timestep`). ``model``: the scene with another
-    structure (a posterior's chosen contact model; default ``task.model``)."""
+    structure (a posterior's chosen contact model; default ``task.model``).
+
+    The check's states and candidates are its own fixed sample (seed 0), not the run's episode
+    seeds: a twin step is accepted or refused for a task, horizon and model, whichever episodes
+    are run with it (the verdict is a property of the twin, and a recipe that runs on one block
+    of episodes runs on every other)."""
     model = task.model if model is None else model
     twin = make_twin(backend, model, task.param_space())
     if timestep is not None and timestep > model.opt.timestep * (1 + 1e-9):
         coarse = make_twin(backend, model, task.param_space(), timestep=timestep)
         if check:
-            check_timestep(task, coarse, twin, horizon=horizon, seed=seed)
+            check_timestep(task, coarse, twin, horizon=horizon, seed=0)
         twin = coarse
     return twin
 

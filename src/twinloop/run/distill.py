@@ -154,7 +154,7 @@ class DistillRun:
         self.cfg, self.out, self.progress, self.log = cfg, out, progress, log
         self.task = make_task(cfg.task)
         self.world = make_world(self.task, cfg.world, severity=cfg.severity, seed=cfg.experiment.one_world_seed)
-        self.twin = refiner_twin(self.task, cfg.planner.backend, cfg.twin_timestep, cfg.refiner.horizon, cfg.seed)
+        self.twin = refiner_twin(self.task, cfg.planner.backend, cfg.twin_timestep, cfg.refiner.horizon)
         self.scripted = self.task.default_proposer()
         self.estimate: TwinEstimate | None = None
         self.info = {"fps": 1.0 / self.task.control_period, **recorded_on(self.task),

@@ -207,7 +207,7 @@ class RSRLoop:
             self.truth = np.array([hidden[names.index(n)] for n in self.space.names])
         self.twin = make_twin("mujoco", self.task.model, self.space)  # calibrated and measured: the scene's step
         p = config.planner  # the collecting controller's coarser twin, checked once as `twinloop run` checks it
-        refiner_twin(self.task, p.backend, p.twin_timestep, p.refiner.horizon, config.seed)
+        refiner_twin(self.task, p.backend, p.twin_timestep, p.refiner.horizon)
 
     # -- pieces ---------------------------------------------------------------------------------
 
