@@ -19,7 +19,7 @@ from twinloop.tasks import TASKS, task_defaults
 BEFORE = json.loads((Path(__file__).with_name("distill_recipe_configs.json")).read_text())
 #: what push-t's defaults choose for distill (docs/findings/distillation.md)
 PUSH_T = {"policy.residual": True, "policy.frame": True, "policy.learner": "local", "policy.neighbours": 64,
-          "policy.ridge": 1.0, "collect": 100, "twin_dagger": 400, "alone_episodes": 100}
+          "policy.ridge": 1.0, "collect": 100, "twin_dagger": 200}
 #: task defaults changed since the snapshot on purpose, not by distill's: the quadruped calibrates
 #: its positions weighed by its sensors' noise, the fit polished (docs/findings/legged.md)
 #: and block-push plans at the knee of its success-vs-compute curve (results/tables/knee-confirm.json)
