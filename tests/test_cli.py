@@ -153,6 +153,7 @@ def test_an_arm_task_runs_from_the_cli_with_its_own_optimizer_and_noise(tmp_path
         (["--world", "mars"], "unknown world 'mars'"),
         (["--world", "gym"], "names no gymnasium env"),
         (["--set", "planner.twin_timestep=0.1"], "does not decide as 0.005 s does"),
+        (["--set", "planner.twin_timestep=0.1"], "plan at the scene's own step with --set planner.twin_timestep=0.005"),
         (["--episodes", "0"], "episodes must be an integer >= 1, got 0"),
         (["-k", "1"], "num_samples must be an integer >= 2, got 1"),
         (["--seed", "-1"], "seed must be an integer >= 0, got -1"),

@@ -134,7 +134,11 @@ def refiner_twin(task, backend: str = "mujoco", timestep: float | None = None, h
     if timestep is not None and timestep > model.opt.timestep * (1 + 1e-9):
         coarse = make_twin(backend, model, task.param_space(), timestep=timestep)
         if check:
-            check_timestep(task, coarse, twin, horizon=horizon, seed=0)
+            try:
+                check_timestep(task, coarse, twin, horizon=horizon, seed=0)
+            except TwinloopError as e:
+                raise TwinloopError(f"{e}; plan at the scene's own step with --set planner.twin_timestep="
+                                    f"{model.opt.timestep:g} (or a step between the two)") from None
         twin = coarse
     return twin
 
