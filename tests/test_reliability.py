@@ -146,19 +146,17 @@ def test_a_coarse_twin_step_is_judged_the_same_whichever_episodes_are_run():
     # rope-shape's default twin (4 links at 20 ms): the check's own sample from episode seed
     # 906 holds 2 rollouts unstable only at 20 ms, so a check drawn from the run's seed refused
     # `--seed 906` and accepted `--seed 901`; the verdict is the twin's, not the episodes'
+    from twinloop.cli.generate import resolve
     from twinloop.control import check_timestep
     from twinloop.run.build import build
     from twinloop.run.compare import RunConfig
-    from twinloop.run.config import configure
-    from twinloop.tasks import task_defaults
 
     task = make_task("rope-shape").at_resolution(4)
     fine = make_twin("mujoco", task.model, task.param_space())
     coarse = make_twin("mujoco", task.model, task.param_space(), timestep=0.02)
     assert not check_timestep(task, coarse, fine, horizon=1.0, seed=906, strict=False)["ok"]
     for seed in (901, 906):
-        cfg, _ = configure(RunConfig, task_defaults("rope-shape"), {},
-                           {"experiment.task": "rope-shape", "experiment.seed": seed})
+        cfg, _, _ = resolve(RunConfig, "run", None, {"experiment.task": "rope-shape", "experiment.seed": seed})
         refiner = build(cfg)[3]
         assert refiner.twin.dt == pytest.approx(0.02)
 
