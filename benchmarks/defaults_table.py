@@ -52,6 +52,7 @@ def run_row(task: str, extra: list[str], episodes: int, pinned: list[str] = ()) 
         **{f"{k}_control_hz": round(rows[k]["control_hz"], 2) for k in rows},
         "refined_ticks_sent": {"refined": sum(a["refined"] for a in accept), "base": sum(a["base"] for a in accept)}
         if accept else None,
+        **({"planning_twin": s["planning_twin"]} if s.get("planning_twin") else {}),
         "config": {**s["config"], "experiment": {**s["config"]["experiment"], "out": "twinloop-out"}}
         if "experiment" in s["config"] else s["config"],  # not the temporary folder it ran in
     }

@@ -219,6 +219,55 @@ class BarLift(Task):
             Param("arm_stiffness", stiffness, 150.0, 2000.0, 600.0, 150.0),
         ))
 
+    def excitation(self, seed: int, kind: str = "excite"):
+        """A seeded lift that shows the bar's mass, its centre of mass and the arms' stiffness
+        (``f(obs, tick) -> action``; other kinds: see :meth:`Task.excitation`).
+
+        The task's default excitation (random targets over the action range) rarely closes a
+        hand on the bar, so the bar never leaves the table and its mass never shows. This one
+        first moves both open hands by a few centimetres (the arms' own stiffness), then grasps
+        firmly (a finger opening target drawn in 0-1 cm on the 4 cm bar) and lifts the bar
+        (height and speed drawn) with :class:`LiftScript`; once the bar is 4 cm up, every
+        ``period`` ticks both hands move to new targets around the held pose: a common step up
+        or down (+-2 cm, the bar's weight against the arms' stiffness and its inertia), a
+        difference between the hands (+-5 mm, its centre of mass shifts the load between them;
+        more tilts the bar out of the fingers) and a common step along the bar (+-2 cm)."""
+        if kind != "excite":
+            return super().excitation(seed, kind)
+        rng = np.random.default_rng([seed, 7])
+        free_ticks, period = int(rng.integers(2, 4)), 3
+        free = rng.uniform(-0.03, 0.03, (free_ticks, 2, 3))
+        up, diff, along = (rng.uniform(-w, w, self.max_ticks) for w in (0.02, 0.005, 0.02))
+        steps = np.zeros((self.max_ticks, 2, 3))  # each hold's offsets of the left and right tcp
+        steps[:, :, 0], steps[:, 0, 2], steps[:, 1, 2] = along[:, None], up - diff, up + diff
+        script = LiftScript(self, grip=float(rng.uniform(CLOSED, 0.01)), lift=float(rng.uniform(0.08, 0.14)),
+                            lift_speed=float(rng.uniform(0.15, 0.35)))
+        mem: dict = {}
+
+        def f(obs, k):
+            s = self.state_from_obs(obs)
+            if k == 0:
+                mem.clear()
+                mem["start"] = self.hold_action(s)
+            if k < free_ticks:  # open hands, a few centimetres around where they started
+                a = mem["start"].copy()
+                for i in range(2):
+                    a[XYZ[i]] += free[k, i]
+                return np.clip(a, self.action_low, self.action_high)
+            if "held" not in mem and s[2] >= self.rest[2] + 0.04:  # lifted: from here the targets are drawn
+                mem["held"], mem["up"] = k, np.array([at[:2] for at in self.tcps(s[: self.model.nq])]) - MOUNTS[:, :2]
+            if "held" not in mem:
+                return script.propose(obs, s)[0]
+            j = min((k - mem["held"]) // period, self.max_ticks - 1)
+            a = np.zeros(14)
+            for i in range(2):
+                a[XYZ[i]] = [*mem["up"][i], self.rest[2] - script.depth + script.lift]
+                a[XYZ[i]] += steps[j, i]
+                a[GRIP[i]] = script.grip
+            return np.clip(a, self.action_low, self.action_high)
+
+        return f
+
     def default_proposer(self) -> LiftScript:
         """Both hands down, close, lift together (:class:`LiftScript` with :data:`LIFT`)."""
         return LiftScript(self, **LIFT)
@@ -234,7 +283,9 @@ class LiftScript:
     the squeeze grows as ``grip`` falls below 0.04), wait ``close_time``, then both up together
     at ``lift_speed`` by ``lift`` above where they closed (a hand that has closed waits for the
     other). Each tick it plans the rest of that sequence from the state; it never checks
-    whether the bar sags, slips or tilts in the fingers.
+    whether the bar sags, slips or tilts in the fingers. A hand whose fingers are closed within
+    2 cm of its handle holds the bar; one farther from it (a grasp in the wrong place, or a tcp
+    read that far off) opens and grasps again.
 
     ``propose(obs, state) -> (H, 14)``, ``H = round(1 s / period)``.
     """
