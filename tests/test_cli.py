@@ -336,6 +336,31 @@ def test_run_plans_with_a_saved_posterior_when_asked(tmp_path):
     assert run(tmp_path / "nominal", "--no-video", "--no-record")["planning_params"] is None
 
 
+def test_the_robust_rule_judges_under_the_calibration_the_run_plans_with(tmp_path):
+    """With a calibration it plans with, the refined controller's acceptance rule weighs the
+    refined plan against the base under the calibration's samples (its estimate first), not
+    under the nominal values and the prior it replaced; without one, under the prior's."""
+    from twinloop.control.hooks import RobustAcceptance
+    from twinloop.run.build import controller_in_world
+
+    est, parts = _posterior_file(tmp_path / "posterior.json", "block-push", samples=6)
+
+    def rule(**kw):
+        _, ctl = controller_in_world(RunConfig(task="block-push", **kw), "refined")
+        (hook,) = [h for h in ctl.hooks if isinstance(h, RobustAcceptance)]
+        hook.reset(0)
+        return hook
+
+    hook = rule(posterior=str(tmp_path / "posterior.json"))
+    np.testing.assert_allclose(hook.params, parts)  # 6 samples, fewer than the rule's 8
+    np.testing.assert_allclose(hook.params[0], est)
+    prior = rule()
+    assert len(prior.params) == 8
+    np.testing.assert_allclose(prior.params[0], make_task("block-push").param_space().nominal)
+    with pytest.raises(TwinloopError, match="P >= 2"):
+        RobustAcceptance(params=parts[:1])
+
+
 def test_a_bad_posterior_is_refused_naming_the_problem(tmp_path):
     good = tmp_path / "posterior.json"
     _posterior_file(good, "block-push")

@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from twinloop.control.parts import Batch, TickHook
-from twinloop.errors import TwinloopError, number
+from twinloop.errors import TwinloopError, as_array, number
 
 #: values of ``RefinerConfig.accept``
 ACCEPT_RULES = ("always", "trusted", "robust")
@@ -191,23 +191,43 @@ class RobustAcceptance(TickHook):
     the refiner chose the base proposal itself (the same controls: sent, and said so). Without a
     base proposal, or a twin without parameters, the refined plan is always sent.
 
+    A twin that plans with a calibration judges under the calibration's own samples instead
+    (``params``: what the fit leaves uncertain, its estimate first): the prior's particles
+    centre on the nominal values the calibration has replaced, so under them a plan that is
+    better in the calibrated twin loses where the nominal physics would have made the base
+    work.
+
     Args:
         particles: ``P``, including the nominal.
         quantile: the fraction of particles under which the refined plan must win.
+        params: ``(P', n)`` fixed particles to judge under (e.g. a posterior's samples,
+            ``P' >= 2``), in place of the nominal values and the prior's draws; ``P = P'``.
     """
 
-    def __init__(self, particles: int = 8, quantile: float = 1.0):
+    def __init__(self, particles: int = 8, quantile: float = 1.0, params=None):
         self.n = number(particles, "accept_particles", low=2, integer=True)
         self.quantile = number(quantile, "accept_quantile", low=0.0, high=1.0, low_open=True)
+        self.fixed = None
+        if params is not None:
+            self.fixed = as_array(params, "acceptance particles")
+            if self.fixed.ndim != 2 or len(self.fixed) < 2:
+                raise TwinloopError(f"acceptance particles must be (P, n) with P >= 2, got shape {self.fixed.shape}")
+            self.n = len(self.fixed)
 
     def bind(self, controller) -> None:
         self.controller, self.refiner = controller, controller.refiner
         self.space = self.refiner.twin.param_space
+        if self.fixed is not None and self.fixed.shape[1] != len(self.space):
+            raise TwinloopError(f"acceptance particles have {self.fixed.shape[1]} parameters; the twin's space has "
+                                f"{len(self.space)} ({self.space.names})")
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
-        self.params = (self.space.prior_particles(np.random.default_rng([0 if seed is None else seed, 29]), self.n)
-                       if len(self.space) else None)
+        if self.fixed is not None:
+            self.params = self.fixed.copy()
+        else:
+            self.params = (self.space.prior_particles(np.random.default_rng([0 if seed is None else seed, 29]), self.n)
+                           if len(self.space) else None)
         # the particles' models, built once an episode (the twin keeps one set of models: the
         # refiner's own would otherwise be rebuilt with these every tick)
         self.models = None if self.params is None else self.space.models(self.refiner.twin.model, self.params)
@@ -251,12 +271,13 @@ def same_plan(refiner, a, b) -> bool:
     return ca.shape == cb.shape and bool(np.array_equal(ca, cb))
 
 
-def acceptance_hooks(config) -> list:
+def acceptance_hooks(config, params=None) -> list:
     """The tick hooks of a :class:`~twinloop.control.RefinerConfig`'s acceptance rule
     (``config.accept``): none for ``always``, :class:`TrustedAcceptance` for ``trusted``,
-    :class:`RobustAcceptance` for ``robust``."""
+    :class:`RobustAcceptance` for ``robust`` (judging under ``params`` where given: a
+    calibration's samples)."""
     if config.accept == "trusted":
         return [TrustedAcceptance(config.accept_factor)]
     if config.accept == "robust":
-        return [RobustAcceptance(config.accept_particles, config.accept_quantile)]
+        return [RobustAcceptance(config.accept_particles, config.accept_quantile, params)]
     return []

@@ -118,7 +118,8 @@ class RefinerConfig:
             when built by :func:`twinloop.run.build.refined_controller` as ``twinloop run`` builds
             its own; otherwise it sends the refiner's choice whatever this field says.
         accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
-        accept_particles: ``robust``: parameter particles (the nominal and prior draws).
+        accept_particles: ``robust``: parameter particles (the nominal and prior draws; with a
+            calibration the run plans with, at most this many of its samples, its estimate first).
         accept_quantile: ``robust``: the fraction of them under which the refined plan must win.
     """
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from twinloop.calib.monitor import GapMonitor, MonitorConfig
 from twinloop.calib.windows import record_trajectory
 from twinloop.control import (
@@ -22,6 +24,7 @@ from twinloop.errors import TwinloopError
 from twinloop.plan import make_optimizer
 from twinloop.policies import make_proposer
 from twinloop.run.planning import (  # noqa: F401 - importable from here
+    load_posterior,
     planning_choice,
     planning_model,
     planning_particles,
@@ -185,9 +188,26 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
     stateful = cfg.grasp is not None and cfg.grasp.observer
     estimator = task.state_estimator(stateful, None if refiner.params is None else refiner.params[0])
     estimator = camera_estimator(cfg, task, estimator) or estimator
-    hooks = ([] if monitor is None else [GapWatch(monitor)]) + acceptance_hooks(cfg.refiner) + list(extra_hooks)
+    hooks = ([] if monitor is None else [GapWatch(monitor)]) + acceptance_hooks(
+        cfg.refiner, acceptance_particles(cfg, task, refiner)) + list(extra_hooks)
     return Controller(refiner, proposer, estimator=estimator, sources=candidate_sources_of(task, cfg, proposer),
                       hooks=hooks)
+
+
+def acceptance_particles(cfg: RunConfig, task, refiner) -> np.ndarray | None:
+    """The parameter particles the robust acceptance rule judges under: the samples of the
+    calibration the refiner plans with (``cfg.posterior``, where it is used: at most
+    ``refiner.accept_particles`` of them, its estimate first), or ``None`` (the rule's own: the
+    nominal values and the prior's draws) without one, where it is not used, or where it holds
+    fewer than two samples."""
+    if cfg.posterior is None or cfg.refiner.accept != "robust":
+        return None
+    _, _, note = planning_choice(cfg, task, refiner.twin.param_space)
+    if not note["used"] or note.get("candidate") is not None:
+        return None
+    post = load_posterior(cfg, refiner.twin.param_space)
+    samples = post.particles[: cfg.refiner.accept_particles]
+    return samples.copy() if len(samples) >= 2 else None
 
 
 def camera_estimator(cfg: RunConfig, task, inner=None):
