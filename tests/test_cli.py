@@ -336,10 +336,11 @@ def test_run_plans_with_a_saved_posterior_when_asked(tmp_path):
     assert run(tmp_path / "nominal", "--no-video", "--no-record")["planning_params"] is None
 
 
-def test_the_robust_rule_judges_under_the_calibration_the_run_plans_with(tmp_path):
-    """With a calibration it plans with, the refined controller's acceptance rule weighs the
-    refined plan against the base under the calibration's samples (its estimate first), not
-    under the nominal values and the prior it replaced; without one, under the prior's."""
+def test_the_robust_rule_judges_under_the_calibration_when_asked(tmp_path):
+    """Asked to (accept_under='calibration'), with a calibration it plans with, the refined
+    controller's acceptance rule weighs the refined plan against the base under the
+    calibration's samples (its estimate first); by default, and without one, under the
+    nominal values and the prior's draws."""
     from twinloop.control.hooks import RobustAcceptance
     from twinloop.run.build import controller_in_world
 
@@ -351,12 +352,16 @@ def test_the_robust_rule_judges_under_the_calibration_the_run_plans_with(tmp_pat
         hook.reset(0)
         return hook
 
-    hook = rule(posterior=str(tmp_path / "posterior.json"))
+    under = RefinerConfig(accept="robust", accept_under="calibration")
+    hook = rule(posterior=str(tmp_path / "posterior.json"), refiner=under)
     np.testing.assert_allclose(hook.params, parts)  # 6 samples, fewer than the rule's 8
     np.testing.assert_allclose(hook.params[0], est)
-    prior = rule()
-    assert len(prior.params) == 8
-    np.testing.assert_allclose(prior.params[0], make_task("block-push").param_space().nominal)
+    nominal = make_task("block-push").param_space().nominal
+    for prior in (rule(), rule(refiner=under), rule(posterior=str(tmp_path / "posterior.json"))):
+        assert len(prior.params) == 8
+        np.testing.assert_allclose(prior.params[0], nominal)
+    with pytest.raises(TwinloopError, match="accept_under"):
+        RefinerConfig(accept_under="posterior")
     with pytest.raises(TwinloopError, match="P >= 2"):
         RobustAcceptance(params=parts[:1])
 

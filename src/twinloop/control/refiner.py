@@ -118,9 +118,16 @@ class RefinerConfig:
             when built by :func:`twinloop.run.build.refined_controller` as ``twinloop run`` builds
             its own; otherwise it sends the refiner's choice whatever this field says.
         accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
-        accept_particles: ``robust``: parameter particles (the nominal and prior draws; with a
-            calibration the run plans with, at most this many of its samples, its estimate first).
+        accept_particles: ``robust``: parameter particles (the nominal and prior draws).
         accept_quantile: ``robust``: the fraction of them under which the refined plan must win.
+        accept_under: ``robust``: the particles it judges under: ``prior`` (the nominal values
+            and the prior's draws, also where the run plans with a calibration) | ``calibration``
+            (a run that plans with a calibration: at most ``accept_particles`` of its samples,
+            its estimate first; the prior's without one). Measured on quadruped-walk (world seed
+            3, the same 20 episodes, the calibrated twin): ``prior`` 19/20, ``calibration``
+            16/20: the calibration's samples are tight (what the data leave uncertain within the
+            model, not the model's error), so the refined plan went out on 91% of ticks
+            instead of 49%, and the prior's broader particles held back plans that did worse.
     """
 
     num_samples: int = 64
@@ -144,6 +151,7 @@ class RefinerConfig:
     accept_factor: float = 1.0
     accept_particles: int = 8
     accept_quantile: float = 0.75
+    accept_under: str = "prior"
 
     def __post_init__(self):
         checked = {
@@ -166,6 +174,7 @@ class RefinerConfig:
         choose("spline", self.spline, KINDS)
         choose("risk", self.risk, RISKS)
         choose("accept", self.accept, ("always", "trusted", "robust"))
+        choose("accept_under", self.accept_under, ("prior", "calibration"))
         if not 0 <= self.prune < 1:
             raise TwinloopError(f"prune must be in [0, 1), got {self.prune}")
         if not 0 < self.prune_keep <= 1:

@@ -195,12 +195,14 @@ def refined_controller(cfg: RunConfig, task, proposer, refiner, watch: tuple | N
 
 
 def acceptance_particles(cfg: RunConfig, task, refiner) -> np.ndarray | None:
-    """The parameter particles the robust acceptance rule judges under: the samples of the
-    calibration the refiner plans with (``cfg.posterior``, where it is used: at most
-    ``refiner.accept_particles`` of them, its estimate first), or ``None`` (the rule's own: the
-    nominal values and the prior's draws) without one, where it is not used, or where it holds
-    fewer than two samples."""
-    if cfg.posterior is None or cfg.refiner.accept != "robust":
+    """The parameter particles the robust acceptance rule judges under: with
+    ``refiner.accept_under == "calibration"``, the samples of the calibration the refiner plans
+    with (``cfg.posterior``, where it is used: at most ``refiner.accept_particles`` of them, its
+    estimate first); ``None`` (the rule's own: the nominal values and the prior's draws) by
+    default, without a calibration, where it is not used, or where it holds fewer than two
+    samples."""
+    r = cfg.refiner
+    if cfg.posterior is None or r.accept != "robust" or r.accept_under != "calibration":
         return None
     _, _, note = planning_choice(cfg, task, refiner.twin.param_space)
     if not note["used"] or note.get("candidate") is not None:
