@@ -1,5 +1,6 @@
 """rope-shape seen through a camera: its renders, its training shapes, a model that learns them."""
 
+import mujoco
 import numpy as np
 import pytest
 
@@ -63,3 +64,23 @@ def test_shipped_rope_model_reads_the_points_on_held_out_appearance(task):
                                    look_rng=np.random.default_rng([5, 7]), near_goal=0.5)
     pred = shipped.predict_batch(images)
     assert np.linalg.norm((pred - truth).reshape(20, 5, 2), axis=2).mean() < 0.012  # m
+
+
+def test_the_held_end_is_placed_under_the_fingers_as_the_towels_corner_is(task):
+    """The robot knows what its grasp holds (Seen.held): while the grasp holds the rope's end
+    near the fingers, the camera's reading of it gives way to the fingers' position."""
+    from twinloop.tasks.seen import held_seen
+
+    names = list(task.obs_names)
+    end = [names.index(f"{task.grasp_point}_{c}") for c in "xyz"]
+    obs = task.obs_from_data(task.model, mujoco.MjData(task.model))
+    obs[:3] = (0.10, 0.02, 0.12)  # the fingers, mid-swing
+    obs[end] = (0.12, 0.02, 0.12)  # the image reads the end 2 cm off, within twice the capture radius
+    obs[names.index("grasp")] = 1.0
+    held = held_seen(task, obs)
+    radius = float(task.model.geom_size[task.model.geom("finger").id, 0])
+    assert task.seen.held
+    np.testing.assert_allclose(held[end], (0.10, 0.02, 0.12 - radius))
+    np.testing.assert_array_equal(np.delete(held, end), np.delete(obs, end))
+    obs[names.index("grasp")] = 0.0  # let go: the image's reading stands
+    np.testing.assert_array_equal(held_seen(task, obs), obs)
