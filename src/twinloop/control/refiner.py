@@ -120,14 +120,9 @@ class RefinerConfig:
         accept_factor: ``trusted``: how many twin cost errors the advantage must exceed.
         accept_particles: ``robust``: parameter particles (the nominal and prior draws).
         accept_quantile: ``robust``: the fraction of them under which the refined plan must win.
-        accept_under: ``robust``: the particles it judges under: ``prior`` (the nominal values
-            and the prior's draws, also where the run plans with a calibration) | ``calibration``
-            (a run that plans with a calibration: at most ``accept_particles`` of its samples,
-            its estimate first; the prior's without one). Measured on quadruped-walk (world seed
-            3, the same 20 episodes, the calibrated twin): ``prior`` 19/20, ``calibration``
-            16/20: the calibration's samples are tight (what the data leave uncertain within the
-            model, not the model's error), so the refined plan went out on 91% of ticks
-            instead of 49%, and the prior's broader particles held back plans that did worse.
+        accept_under: ``robust``: ``prior`` (those particles, also with a calibration) |
+            ``calibration`` (a run's calibration's samples, estimate first; measured worse on
+            quadruped-walk, 16/20 against 19/20: docs/settings.md).
     """
 
     num_samples: int = 64
