@@ -97,3 +97,20 @@ def test_camera_video_frames_show_camera_twin_and_world_side_by_side(task):
     assert len(frames) == 2 and frames[0].shape == (64, 192, 3)
     assert np.array_equal(frames[0][:, :64], np.kron(obs.images["top"], np.ones((2, 2, 1), np.uint8)))
     assert frames[0][:, 64:128].std() > 0  # the twin's reconstruction, rendered
+
+
+def test_a_camera_run_planning_a_coarser_rope_records_its_episodes(tmp_path):
+    """rope-shape plans in a 4-link twin by default; from images its refined episodes are recorded
+    with the world rope's state (the completed observation mapped by the world's task)."""
+    from typer.testing import CliRunner
+
+    from twinloop.cli import app
+    from twinloop.data.dataset import Dataset
+
+    res = CliRunner().invoke(app, ["run", "--task", "rope-shape", "--observe", "rgb", "--episodes", "1",
+                                   "--max-ticks", "3", "--no-video", "--record", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    ds = Dataset(tmp_path / "out" / "episodes" / "refined")
+    nq = make_task("rope-shape").model.nq
+    ep = ds.read(ds.indices[0])
+    assert ep.qpos.shape == (3, nq) and np.isfinite(ep.qpos).all()

@@ -180,11 +180,14 @@ class _Progress:
 def observed(task, controller: Controller, obs) -> tuple[np.ndarray, np.ndarray]:
     """``(observation, twin state)`` a tick recorded: the world's observation and its map, or,
     for a camera world's images, the observation the controller's camera estimator completed
-    from them and the state it gave."""
+    from them and the state it gave (mapped by the recording ``task`` where the controller plans
+    at another resolution: the same observation, a state of another size)."""
     if getattr(obs, "images", None) is None:
         return obs, task.state_from_obs(obs)
-    est = controller.estimator
-    return est.last_obs, controller.last_state
+    seen, state = controller.estimator.last_obs, controller.last_state
+    if np.size(state) != task.nstate:
+        state = task.state_from_obs(seen)
+    return seen, state
 
 
 def plan_row(tick, rec, first: bool, nu: int) -> np.ndarray | None:
