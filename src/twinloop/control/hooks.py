@@ -191,11 +191,9 @@ class RobustAcceptance(TickHook):
     the refiner chose the base proposal itself (the same controls: sent, and said so). Without a
     base proposal, or a twin without parameters, the refined plan is always sent.
 
-    A twin that plans with a calibration judges under the calibration's own samples instead
-    (``params``: what the fit leaves uncertain, its estimate first): the prior's particles
-    centre on the nominal values the calibration has replaced, so under them a plan that is
-    better in the calibrated twin loses where the nominal physics would have made the base
-    work.
+    Given ``params`` it judges under those instead (``twinloop run`` passes a calibration's
+    samples with ``RefinerConfig.accept_under = "calibration"``; not the default, which judged
+    better on quadruped-walk: docs/settings.md).
 
     Args:
         particles: ``P``, including the nominal.

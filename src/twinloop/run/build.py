@@ -208,7 +208,7 @@ def acceptance_particles(cfg: RunConfig, task, refiner) -> np.ndarray | None:
     if not note["used"] or note.get("candidate") is not None:
         return None
     post = load_posterior(cfg, refiner.twin.param_space)
-    samples = post.particles[: cfg.refiner.accept_particles]
+    samples = post.particles[: r.accept_particles]
     return samples.copy() if len(samples) >= 2 else None
 
 

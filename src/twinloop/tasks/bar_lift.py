@@ -231,8 +231,8 @@ class BarLift(Task):
         (height and speed drawn) with :class:`LiftScript`; once the bar is 4 cm up, every
         ``period`` ticks both hands move to new targets around the held pose: a common step up
         or down (+-2 cm, the bar's weight against the arms' stiffness and its inertia), a
-        difference between the hands (+-5 mm, its centre of mass shifts the load between them;
-        more tilts the bar out of the fingers) and a common step along the bar (+-2 cm)."""
+        difference between the hands (+-5 mm: its centre of mass shifts the load between them)
+        and a common step along the bar (+-2 cm)."""
         if kind != "excite":
             return super().excitation(seed, kind)
         rng = np.random.default_rng([seed, 7])
@@ -256,7 +256,7 @@ class BarLift(Task):
                     a[XYZ[i]] += free[k, i]
                 return np.clip(a, self.action_low, self.action_high)
             if "held" not in mem and s[2] >= self.rest[2] + 0.04:  # lifted: from here the targets are drawn
-                mem["held"], mem["up"] = k, np.array([at[:2] for at in self.tcps(s[: self.model.nq])]) - MOUNTS[:, :2]
+                mem["held"], mem["up"] = k, self.tcps(s[: self.model.nq])[:, :2] - MOUNTS[:, :2]
             if "held" not in mem:
                 return script.propose(obs, s)[0]
             j = min((k - mem["held"]) // period, self.max_ticks - 1)
