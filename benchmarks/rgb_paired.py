@@ -3,7 +3,7 @@ paired on the same episodes.
 
 For each row (``NAME:OPTIONS``, the options of ``twinloop run`` that choose its world and
 episodes) the script runs ``twinloop run --task TASK --world shifted --episodes N OPTIONS`` and
-the same with ``--observe rgb`` (both ``--no-video --no-record``), one after the other, and writes
+the same with ``--observe rgb`` and ``--rgb-options`` (both ``--no-video --no-record``), one after the other, and writes
 each controller's successes with Wilson intervals and the refined controllers' paired
 difference (rgb minus given) with Newcombe's interval (:func:`twinloop.stats.paired_difference`).
 
@@ -52,6 +52,7 @@ def main() -> None:
     p.add_argument("--task", required=True)
     p.add_argument("--episodes", type=int, default=60)
     p.add_argument("--row", action="append", required=True, help="NAME:OPTIONS (repeatable)")
+    p.add_argument("--rgb-options", default="", help="options of the run from pixels only (e.g. --set perception_shifts=4)")
     p.add_argument("--rule", default=None, help="the rule file the table answers (default: OUT's .rule.txt)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
@@ -61,7 +62,7 @@ def main() -> None:
         name, _, opts = spec.partition(":")
         options = shlex.split(opts)
         given = run(a.task, a.episodes, options)
-        rgb = run(a.task, a.episodes, [*options, "--observe", "rgb"])
+        rgb = run(a.task, a.episodes, [*options, "--observe", "rgb", *shlex.split(a.rgb_options)])
         g = [e["success"] for e in given[0]["per_episode"]["refined"]]
         c = [e["success"] for e in rgb[0]["per_episode"]["refined"]]
         if [e["seed"] for e in given[0]["per_episode"]["refined"]] != [e["seed"] for e in rgb[0]["per_episode"]["refined"]]:

@@ -15,7 +15,7 @@ group = typer.Typer(no_args_is_help=True, help="Perception: the twin's state fro
 
 TRAIN_OPTIONS = {name: (name.replace("_", "-"),) for name in
                  ("task", "samples", "near_goal", "epochs", "size", "width", "batch", "lr", "seed", "threads", "fine", "coarse", "members", "severity",
-                  "eval_worlds", "eval_states", "out")}
+                  "eval_worlds", "eval_states", "shifts", "out")}
 
 
 def _report(cfg: PerceptionConfig, model, extra: dict) -> dict:
@@ -37,6 +37,7 @@ def _train_body(cfg: PerceptionConfig, sources: dict, recipe) -> None:
 
     model, rep = train_perception(cfg, log=console.print)
     sha = model.save(cfg.out)
+    model.shifts = cfg.shifts  # the report evaluates it as asked
     report = _report(cfg, model, {"config": cfg.__dict__ | {"eval_worlds": list(cfg.eval_worlds)}, "sha256": sha,
                                   "training": rep})
     Path(cfg.out).with_suffix(".json").write_text(json.dumps(report, indent=2))
@@ -46,12 +47,14 @@ def _train_body(cfg: PerceptionConfig, sources: dict, recipe) -> None:
 def _evaluate_body(cfg: PerceptionConfig, sources: dict, recipe, *, checkpoint: str, report: str | None) -> None:
     from twinloop.perception import load_perception
 
-    model = load_perception(checkpoint)
+    model = load_perception(checkpoint, shifts=cfg.shifts)
     rep = _report(cfg, model, {})
     if report:
         command = (f"twinloop perception evaluate --checkpoint {checkpoint} --severity {cfg.severity} --eval-worlds "
-                   f"{','.join(map(str, cfg.eval_worlds))} --eval-states {cfg.eval_states} --seed {cfg.seed}")
-        flat = {"task": model.meta.task, "checkpoint": checkpoint, "command": command, **rep["held_out"]}
+                   f"{','.join(map(str, cfg.eval_worlds))} --eval-states {cfg.eval_states} --seed {cfg.seed}"
+                   + (f" --shifts {cfg.shifts}" if cfg.shifts > 1 else ""))
+        flat = {"task": model.meta.task, "checkpoint": checkpoint, "command": command, "shifts": cfg.shifts,
+                **rep["held_out"]}
         Path(report).write_text(json.dumps(flat, indent=2) + "\n")
         console.print(f"wrote {report}")
 
@@ -61,7 +64,7 @@ train = config_command(PerceptionConfig, "perception", TRAIN_OPTIONS, _train_bod
                        mapping an image to the task's keypoints, write the checkpoint (--out) and its
                        evaluation on held-out appearances (beside it, .json).""")
 evaluate = config_command(PerceptionConfig, "perception", {k: v for k, v in TRAIN_OPTIONS.items()
-                                                           if k in ("severity", "eval_worlds", "eval_states", "seed")},
+                                                           if k in ("severity", "eval_worlds", "eval_states", "seed", "shifts")},
                           _evaluate_body, task_path="task",
                           extra={"checkpoint": (str, typer.Option(..., help="The checkpoint to evaluate (a file, or a "
                                                                    "shipped model by its task's name).")),

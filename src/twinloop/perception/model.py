@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop.errors import TwinloopError
+from twinloop.errors import TwinloopError, number
+from twinloop.threads import torch_threads
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Meta:
 HEATMAPS = 16
 #: the fraction of the fine stage's region (:attr:`Meta.fine_gate`) where it is used alone
 FINE_INNER = 0.75
+#: test-time shifts ``(rows, columns)`` px of an image, in the order :attr:`Perception.shifts`
+#: takes them: a 1 px move changes which pixels each of the networks' patches holds
+SHIFTS = ((0, 0), (1, 1), (1, 0), (0, 1))
 
 
 def network(meta: Meta, out: int, size: int | None = None, patch: int | None = None):
@@ -195,6 +199,18 @@ def average(meta: Meta, estimates: np.ndarray) -> np.ndarray:
     return out
 
 
+def shifted(images: np.ndarray, shift: tuple[int, int]) -> np.ndarray:
+    """``(N, S, S, 3)`` images moved by ``shift`` px (rows, columns; the content moves up and
+    left), the edge pixels repeated where the image is moved in."""
+    dr, dc = shift
+    if not (dr or dc):
+        return images
+    n, h, w = images.shape[:3]
+    p = max(abs(dr), abs(dc))
+    x = np.pad(images, ((0, 0), (p, p), (p, p), (0, 0)), mode="edge")
+    return x[:, p + dr : p + dr + h, p + dc : p + dc + w]
+
+
 def blend(meta: Meta, coarse: np.ndarray, fine: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``coarse + w (fine - coarse)`` per keypoint, angles along their shorter arc."""
     d = fine - coarse
@@ -207,9 +223,18 @@ def blend(meta: Meta, coarse: np.ndarray, fine: np.ndarray, w: np.ndarray) -> np
 
 class Perception:
     """A trained network with its :class:`Meta` (and its fine stage's network, or its members'
-    networks in order, where ``meta.fine_crop`` names one): ``predict(images) -> (n_keypoints,)``."""
+    networks in order, where ``meta.fine_crop`` names one): ``predict(images) -> (n_keypoints,)``.
 
-    def __init__(self, meta: Meta, net, fine_net=None):
+    ``shifts`` (1 to 4): how many copies of each image it reads, the image itself and the image
+    moved by the next of :data:`SHIFTS` (1 px in rows and columns, in rows, in columns), every
+    copy read by the whole model and the estimates averaged (:func:`average`): test-time shift
+    averaging. The networks read patches (4 px, a fine stage 2 px); a moved copy puts other
+    pixels in each patch, and, trained under camera aim errors of millimetres, they place the
+    block by what they see around it rather than by the image frame, so each copy is read as the
+    same scene with other patch errors, which partly cancel. Costs ``shifts`` forward passes.
+    """
+
+    def __init__(self, meta: Meta, net, fine_net=None, shifts: int = 1):
         nets = () if fine_net is None else tuple(fine_net) if isinstance(fine_net, list | tuple) else (fine_net,)
         if bool(meta.fine_crop) != bool(nets):
             raise TwinloopError("a perception model's fine stage needs both its crop (Meta.fine_crop) and its network")
@@ -217,6 +242,11 @@ class Perception:
         if nets and (len(nets) != meta.fine_members or len(meta.fine_more_mean) != k or len(meta.fine_more_scale) != k):
             raise TwinloopError(f"a perception model's fine stage has {len(nets)} network(s) for {meta.fine_members} "
                                 "member(s) (Meta.fine_members) and needs each extra member's standardization")
+        self.shifts = number(shifts, "perception shifts", low=1, high=len(SHIFTS), integer=True)
+        # PyTorch threads of a forward pass: one, as on a busy 2-core machine two wait on each
+        # other (four shifted copies beside a busy process: 1.9 against 6.3 ms a frame, on an
+        # idle machine 1.9 against 1.4; benchmarks/perception_threads.json)
+        self.threads = 1
         self.meta, self.net = meta, net.eval()
         self.fine_nets = tuple(n.eval() for n in nets)
         self.fine_net = self.fine_nets[0] if nets else None
@@ -228,11 +258,10 @@ class Perception:
         each = [decode(self.meta, self._run(n, x), fine=True, member=m) for m, n in enumerate(self.fine_nets)]
         return each[0] if len(each) == 1 else average(self.meta, each)
 
-    @staticmethod
-    def _run(net, x: np.ndarray):
+    def _run(self, net, x: np.ndarray):
         import torch
 
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_threads(self.threads):
             return net(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).float()).numpy().astype(float)
 
     def predict_batch(self, images: np.ndarray) -> np.ndarray:
@@ -241,6 +270,13 @@ class Perception:
         if x.ndim != 4 or x.shape[1:] != (self.meta.size, self.meta.size, 3):
             raise TwinloopError(f"perception model for {self.meta.task!r} reads ({self.meta.size}, {self.meta.size}, 3) "
                                 f"images, got {x.shape[1:]}")
+        if self.shifts > 1:
+            each = self._read(np.concatenate([shifted(x, d) for d in SHIFTS[: self.shifts]]))
+            return average(self.meta, each.reshape(self.shifts, len(x), -1))
+        return self._read(x)
+
+    def _read(self, x: np.ndarray) -> np.ndarray:
+        """``(N, n_keypoints)``: the first stage's keypoints, the fine stage's blended in."""
         kp = decode(self.meta, self._run(self.net, x))
         if self.fine_net is None:
             return kp
@@ -288,9 +324,9 @@ def shipped(name: str) -> Path | None:
     return p
 
 
-def load_perception(path, task: str | None = None) -> Perception:
+def load_perception(path, task: str | None = None, shifts: int = 1) -> Perception:
     """A checkpoint written by :meth:`Perception.save`, or a shipped one by name (``push-t``);
-    refused for another ``task``."""
+    refused for another ``task``. ``shifts``: :attr:`Perception.shifts`."""
     import torch
 
     p = Path(path)
@@ -316,4 +352,4 @@ def load_perception(path, task: str | None = None) -> Perception:
         raise TwinloopError(f"{str(path)!r} is no perception checkpoint: {exc}") from None
     if task is not None and meta.task != task:
         raise TwinloopError(f"perception checkpoint {str(path)!r} is for task {meta.task!r}, not {task!r}")
-    return Perception(meta, net, fine)
+    return Perception(meta, net, fine, shifts)

@@ -17,6 +17,7 @@ import numpy as np
 
 from twinloop.errors import TwinloopError, number
 from twinloop.perception.model import (
+    SHIFTS,
     Meta,
     Perception,
     crop,
@@ -67,6 +68,8 @@ class PerceptionConfig:
         eval_worlds: world seeds of the evaluation (held-out appearances).
         eval_states: states rendered per evaluation world (as many again near the goal, where
             the task draws such states).
+        shifts: the evaluation reads each image in this many shifted copies
+            (:attr:`~twinloop.perception.Perception.shifts`, 1 to 4; 1: the image only).
         out: the checkpoint written.
     """
 
@@ -86,15 +89,17 @@ class PerceptionConfig:
     severity: int = 2
     eval_worlds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
     eval_states: int = 100
+    shifts: int = 1
     out: str = "runs/perception/push-t.pt"
 
     def __post_init__(self):
         for name, low in (("samples", 16), ("epochs", 1), ("size", 16), ("width", 4), ("batch", 1), ("threads", 1),
-                          ("eval_states", 1), ("seed", 0), ("fine", 0), ("members", 1)):
+                          ("eval_states", 1), ("seed", 0), ("fine", 0), ("members", 1), ("shifts", 1)):
             object.__setattr__(self, name, number(getattr(self, name), name, low=low, integer=True))
         number(self.lr, "lr", low=0, low_open=True)
         number(self.near_goal, "near_goal", low=0, high=1)
         number(self.severity, "severity", low=0, high=3, integer=True)
+        number(self.shifts, "shifts", low=1, high=len(SHIFTS), integer=True)
         if self.fine and (self.fine > self.size or self.fine % 2):
             raise TwinloopError(f"fine: the crop's side must be even and at most the image's ({self.size} px), "
                                 f"got {self.fine}")

@@ -231,7 +231,7 @@ def run_perception(cfg: RunConfig, task):
     if cfg.perception is None and shipped(task.name) is None:
         raise TwinloopError(f"observe='rgb': task {task.name!r} ships no perception model; train one with "
                             f"`twinloop perception train --task {task.name}` and pass --set perception=CKPT")
-    return load_perception(cfg.perception or task.name, task.name)
+    return load_perception(cfg.perception or task.name, task.name, cfg.perception_shifts)
 
 
 def repair_options(cfg: RunConfig) -> dict:

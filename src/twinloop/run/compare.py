@@ -110,6 +110,10 @@ class RunConfig:
             ``cloth-fold``).
         appearance: with ``observe='rgb'``, the appearance shift's severity (0..3; ``None``: the
             world's ``severity``), drawn by the world's seed.
+        perception_shifts: with ``observe='rgb'``, how many copies of each image the perception
+            model reads, the image and the image moved by 1 px, its estimates averaged (test-time
+            shift averaging, :attr:`~twinloop.perception.Perception.shifts`: 1 to 4; 1: the image
+            only). Costs that many forward passes a frame.
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -130,6 +134,7 @@ class RunConfig:
     observe: str = "state"
     perception: str | None = None
     appearance: int | None = None
+    perception_shifts: int = 1
 
     def __post_init__(self):
         for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("grasp", GraspConfig),
@@ -152,6 +157,8 @@ class RunConfig:
         if self.perception is not None and self.observe != "rgb":
             raise TwinloopError(f"perception={self.perception!r} reads camera images: it needs observe='rgb' "
                                 f"(got observe={self.observe!r})")
+        object.__setattr__(self, "perception_shifts", number(self.perception_shifts, "perception_shifts", low=1,
+                                                             high=4, integer=True))
         if self.appearance is not None:
             object.__setattr__(self, "appearance", number(self.appearance, "appearance", low=0, high=3, integer=True))
             if self.observe != "rgb":

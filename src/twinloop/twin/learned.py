@@ -39,6 +39,7 @@ import torch
 from twinloop.errors import TwinloopError, as_array
 from twinloop.io import load_checkpoint, save_checkpoint
 from twinloop.params import ParamSpace
+from twinloop.threads import torch_threads
 from twinloop.twin.base import BatchTwin, Rollouts
 from twinloop.twin.mujoco import MujocoTwin
 
@@ -131,21 +132,11 @@ class Dynamics:
         (shape ``(E, B, nstate)``) goes through member ``e`` only."""
         x = (self.features(states, actions) - self.stats["x_mean"]) / self.stats["x_std"]
         x = np.broadcast_to(x, (self.config.members, *x.shape[-2:])) if not per_member else x
-        with torch.no_grad(), _one_thread():
+        with torch.no_grad(), torch_threads(1):
             y = self.net(torch.from_numpy(np.ascontiguousarray(x))).numpy()
         return y * self.stats["y_std"] + self.stats["y_mean"]
 
 
-class _one_thread:
-    """Small networks on one thread: thread sync costs more than it saves on a busy 2-core
-    machine, and results do not depend on the core count."""
-
-    def __enter__(self):
-        self.before = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.before)
 
 
 def hinge_positions(model: mujoco.MjModel) -> np.ndarray:
@@ -190,7 +181,7 @@ def fit_dynamics(states, actions, targets, hinge: np.ndarray, config: EnsembleCo
     for s, a, y in stages:
         xn = torch.from_numpy((dyn.features(s, a) - dyn.stats["x_mean"]) / dyn.stats["x_std"])
         yn = torch.from_numpy((y - dyn.stats["y_mean"]) / dyn.stats["y_std"])
-        with _one_thread():
+        with torch_threads(1):
             _train(dyn, xn, yn, gen, progress)
     dyn.net.eval()
     return dyn

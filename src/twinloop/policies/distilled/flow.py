@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import copy
 import math
-from contextlib import contextmanager
 
 import numpy as np
 
 from twinloop.policies.distilled.config import PolicyConfig, TrainLog
 from twinloop.policies.distilled.targets import train_steps
-
-
-@contextmanager
-def _threads(torch, n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
 
 # -- the velocity network ------------------------------------------------------------------------
 

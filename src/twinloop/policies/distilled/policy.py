@@ -25,7 +25,6 @@ from twinloop.policies.distilled.config import (
 from twinloop.policies.distilled.flow import (
     _integrate,
     _mean_flow_loss,
-    _threads,
     _train,
     _velocity_net,
 )
@@ -40,6 +39,7 @@ from twinloop.policies.distilled.targets import (
     world_chunks,
 )
 from twinloop.tasks.base import Task
+from twinloop.threads import torch_threads
 
 
 class DistilledPolicy:
@@ -104,7 +104,7 @@ class DistilledPolicy:
         xn, yn = normed(x, y)
         val = normed(*training_arrays(task, held, cfg, horizon)[:2]) if held else None
         log = TrainLog(samples=len(xn), val_samples=0 if val is None else len(val[0]), duplicates=dup)
-        with _threads(torch, cfg.threads):
+        with torch_threads(cfg.threads):
             net = _train(torch, xn, yn, val, cfg, log, progress)
         log.seconds = time.perf_counter() - t0
         return cls(task, net, stats, cfg, horizon), log
@@ -118,7 +118,7 @@ class DistilledPolicy:
         x, y, _ = training_arrays(self.task, demos, self.config, self.horizon)
         xn = torch.as_tensor((x - self.stats["x_mean"]) / self.stats["x_std"], dtype=torch.float32)
         yn = torch.as_tensor((y - self.stats["y_mean"]) / self.stats["y_std"], dtype=torch.float32)
-        with _threads(torch, 1):
+        with torch_threads(1):
             return _mean_flow_loss(torch, self.net, xn, yn, n_noise, seed)
 
     # -- the proposer protocol ---------------------------------------------------------------
@@ -212,7 +212,7 @@ class DistilledPolicy:
             yn = np.repeat(self._recall(cn)[None], len(x0), axis=0)
         else:
             x = torch.as_tensor(x0, dtype=torch.float32)
-            with torch.inference_mode(), _threads(torch, 1):
+            with torch.inference_mode(), torch_threads(1):
                 yn = _integrate(torch, self.net, x, torch.as_tensor(cn, dtype=torch.float32).expand(len(x), -1),
                                 self.config.flow_steps).double().numpy()
         y = (yn * self.stats["y_std"] + self.stats["y_mean"]).reshape(len(yn), *self.chunk_shape)
