@@ -51,7 +51,19 @@ def test_four_copies_read_held_out_reset_states_better_than_one():
 def test_shift_counts_are_checked_and_reach_the_run():
     with pytest.raises(TwinloopError, match="perception shifts"):
         load_perception("push-t", "push-t", shifts=5)
-    with pytest.raises(TwinloopError, match="perception_shifts"):
+    with pytest.raises(TwinloopError, match="camera.shifts"):
         RunConfig(observe="rgb", perception_shifts=0)
     cfg = RunConfig(observe="rgb", perception_shifts=2)
     assert run_perception(cfg, make_task("push-t")).shifts == 2
+
+
+def test_push_t_reads_four_copies_by_default_and_the_flat_name_overrides_it():
+    from twinloop.run.config import configure, parse_sets
+    from twinloop.tasks import task_defaults
+
+    cfg, sources = configure(RunConfig, task_defaults("push-t"), cli={"experiment.task": "push-t"})
+    assert cfg.camera.shifts == 4 and sources["camera.shifts"] == "task"
+    cfg, sources = configure(RunConfig, task_defaults("push-t"), cli=parse_sets(RunConfig, ["perception_shifts=1"]))
+    assert cfg.perception_shifts == 1 and sources["camera.shifts"] == "cli"
+    rope, _ = configure(RunConfig, task_defaults("rope-shape"), cli={"experiment.task": "rope-shape"})
+    assert rope.camera.shifts == 1  # the library's: the rope's camera results were measured with one copy

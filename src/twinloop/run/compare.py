@@ -44,7 +44,7 @@ from twinloop.run.config import composed, config_dict, sources_of
 from twinloop.run.executor import EpisodeBatch, Executor, SerialExecutor
 from twinloop.run.experiment import run_episode, summarize, write_partial
 from twinloop.run.planning import planning_choice, planning_message
-from twinloop.run.sections import ExperimentConfig, GraspConfig, PlannerConfig
+from twinloop.run.sections import CameraConfig, ExperimentConfig, GraspConfig, PlannerConfig
 from twinloop.run.validation import check_validation, validate_planning_twin
 from twinloop.tasks import task_defaults
 from twinloop.viz.plots import plot_comparison
@@ -62,7 +62,8 @@ from twinloop.worlds.camera import CameraWorld
 #: the flat names of the grasp section's fields (``RunConfig(repair=True, repair_push=2)``)
 GRASP_NAMES = {"repair": "grasp.repair", "repair_push": "grasp.push", "repair_reach": "grasp.reach",
                "repair_regrasp_reach": "grasp.regrasp_reach", "repair_commit": "grasp.commit",
-               "observer": "grasp.observer", "twin_resolution": "grasp.twin_resolution"}
+               "observer": "grasp.observer", "twin_resolution": "grasp.twin_resolution",
+               "perception_shifts": "camera.shifts"}
 #: what a run's controllers can see (``RunConfig.observe``)
 OBSERVE = ("state", "rgb")
 
@@ -105,15 +106,9 @@ class RunConfig:
             (camera images of a simulated world, under an appearance shift of the world's
             ``severity`` drawn by its seed, plus the robot's own joint state, read by
             ``perception``). Not in real time.
-        perception: the perception checkpoint (``twinloop perception train``) that reads the
-            images with ``observe='rgb'``; ``None``: the task's shipped model (``push-t``, ``rope-shape``,
-            ``cloth-fold``).
-        appearance: with ``observe='rgb'``, the appearance shift's severity (0..3; ``None``: the
-            world's ``severity``), drawn by the world's seed.
-        perception_shifts: with ``observe='rgb'``, how many copies of each image the perception
-            model reads, the image and the image moved by 1 px, its estimates averaged (test-time
-            shift averaging, :attr:`~twinloop.perception.Perception.shifts`: 1 to 4; 1: the image
-            only). Costs that many forward passes a frame.
+        camera: with ``observe='rgb'``, how the images are read: the perception checkpoint, the
+            appearance shift, shifted copies (:class:`~twinloop.run.sections.CameraConfig`; flat:
+            ``perception``, ``appearance``, ``perception_shifts``).
 
     The optimizer and noise a config leaves to its task are filled in when it is made, so a
     config (and the ``summary.json`` written from it) names the ones that run.
@@ -132,13 +127,11 @@ class RunConfig:
     monitor: str | None = None
     monitor_episodes: int = 4
     observe: str = "state"
-    perception: str | None = None
-    appearance: int | None = None
-    perception_shifts: int = 1
+    camera: CameraConfig = field(default_factory=CameraConfig)
 
     def __post_init__(self):
         for name, kind in (("planner", PlannerConfig), ("experiment", ExperimentConfig), ("grasp", GraspConfig),
-                           ("async_control", AsyncConfig)):
+                           ("async_control", AsyncConfig), ("camera", CameraConfig)):
             v = getattr(self, name)
             if not isinstance(v, kind) and not (name == "grasp" and v is None):
                 raise TwinloopError(f"{name} must be a {kind.__name__}, got {type(v).__name__}")
@@ -157,12 +150,8 @@ class RunConfig:
         if self.perception is not None and self.observe != "rgb":
             raise TwinloopError(f"perception={self.perception!r} reads camera images: it needs observe='rgb' "
                                 f"(got observe={self.observe!r})")
-        object.__setattr__(self, "perception_shifts", number(self.perception_shifts, "perception_shifts", low=1,
-                                                             high=4, integer=True))
-        if self.appearance is not None:
-            object.__setattr__(self, "appearance", number(self.appearance, "appearance", low=0, high=3, integer=True))
-            if self.observe != "rgb":
-                raise TwinloopError(f"appearance={self.appearance} shifts camera images; it needs observe='rgb'")
+        if self.appearance is not None and self.observe != "rgb":
+            raise TwinloopError(f"appearance={self.appearance} shifts camera images; it needs observe='rgb'")
         if self.realtime:
             self._check_realtime()
         self._check_validation()

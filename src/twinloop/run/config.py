@@ -110,6 +110,12 @@ def section_type(cls, name: str):
     return tp if isinstance(tp, type) and is_dataclass(tp) else None
 
 
+def canonical(cls, path: str) -> str:
+    """``path`` with a config's flat name (``perception``, ``task``: see :func:`composed`)
+    replaced by the path of its field (``camera.perception``, ``experiment.task``)."""
+    return getattr(cls, "flat_names", {}).get(path, path)
+
+
 def field_type(cls, path: str):
     """The annotation of the field at ``path`` below the config class ``cls``; an unknown path
     is a :class:`TwinloopError` naming it and the closest known ones."""
@@ -258,7 +264,7 @@ def parse_sets(cls, items) -> dict[str, object]:
         path, eq, text = item.partition("=")
         if not eq or not path.strip():
             raise TwinloopError(f"--set {item!r}: expected PATH=VALUE, e.g. planner.refiner.horizon=1.0")
-        path = path.strip()
+        path = canonical(cls, path.strip())
         out[path] = parse_value(text.strip(), field_type(cls, path), path)
     return out
 
@@ -270,7 +276,8 @@ def configure(cls, task_defaults: Mapping[str, object] = types.MappingProxyType(
     the recipe's values and the command line's, each path set by the last layer that names it.
     ``sources`` maps every path to the layer that set it (:data:`SOURCES`). A task default for a
     path ``cls`` does not have is skipped (the run loop's settings mean nothing to another)."""
-    layers = (("task", task_defaults), ("recipe", recipe), ("cli", cli))
+    layers = tuple((name, {canonical(cls, p): v for p, v in values.items()})
+                   for name, values in (("task", task_defaults), ("recipe", recipe), ("cli", cli)))
     for _name, values in layers[1:]:
         for path in values:
             field_type(cls, path)  # an unknown path in a recipe or on the command line is an error

@@ -273,3 +273,28 @@ class GraspConfig:
                 object.__setattr__(self, name, number(v, f"repair_{name}", low=0.0, low_open=low_open))
                 if not self.repair:
                     raise TwinloopError(f"repair_{name}={v} needs repair=True")
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """How a run from camera images (``observe='rgb'``) reads them.
+
+    Attributes:
+        perception: the perception checkpoint (``twinloop perception train``) that reads the
+            images; ``None``: the task's shipped model (``push-t``, ``rope-shape``, ``cloth-fold``).
+        appearance: the appearance shift's severity (0..3; ``None``: the world's ``severity``),
+            drawn by the world's seed.
+        shifts: how many copies of each image the perception model reads, the image and the
+            image moved by 1 px, its estimates averaged (test-time shift averaging,
+            :attr:`~twinloop.perception.Perception.shifts`: 1 to 4; 1: the image only). Costs that
+            many forward passes a frame.
+    """
+
+    perception: str | None = None
+    appearance: int | None = None
+    shifts: int = 1
+
+    def __post_init__(self):
+        if self.appearance is not None:
+            object.__setattr__(self, "appearance", number(self.appearance, "appearance", low=0, high=3, integer=True))
+        object.__setattr__(self, "shifts", number(self.shifts, "camera.shifts", low=1, high=4, integer=True))

@@ -164,7 +164,7 @@ class PushT(Task):
     # (results/tables/push-t-rgb-shifts.json and its rule; one copy: 152/180 against 179/180).
     defaults = MappingProxyType({**Task.defaults, "policy.residual": True, "policy.frame": True,
                                  "policy.learner": "local", "policy.neighbours": 64, "policy.ridge": 1.0,
-                                 "collect": 100, "twin_dagger": 200, "k_sweep": (), "perception_shifts": 4})
+                                 "collect": 100, "twin_dagger": 200, "k_sweep": (), "camera.shifts": 4})
 
     def __init__(self, goal=None, success_coverage: float = 0.95, weights: dict | None = None,
                  contacts: str = "geoms", pusher: str = "pd"):
