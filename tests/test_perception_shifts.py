@@ -58,6 +58,7 @@ def test_shift_counts_are_checked_and_reach_the_run():
 
 
 def test_push_t_reads_four_copies_by_default_and_the_flat_name_overrides_it():
+    # (and rope-shape: results/tables/rope-rgb-shifts.json)
     from twinloop.run.config import configure, parse_sets
     from twinloop.tasks import task_defaults
 
@@ -65,5 +66,5 @@ def test_push_t_reads_four_copies_by_default_and_the_flat_name_overrides_it():
     assert cfg.camera.shifts == 4 and sources["camera.shifts"] == "task"
     cfg, sources = configure(RunConfig, task_defaults("push-t"), cli=parse_sets(RunConfig, ["perception_shifts=1"]))
     assert cfg.perception_shifts == 1 and sources["camera.shifts"] == "cli"
-    rope, _ = configure(RunConfig, task_defaults("rope-shape"), cli={"experiment.task": "rope-shape"})
-    assert rope.camera.shifts == 1  # the library's: the rope's camera results were measured with one copy
+    towel, _ = configure(RunConfig, task_defaults("cloth-fold"), cli={"experiment.task": "cloth-fold"})
+    assert towel.camera.shifts == 1  # the library's: the towel's camera results were measured with one copy
