@@ -205,7 +205,7 @@ def shifted(images: np.ndarray, shift: tuple[int, int]) -> np.ndarray:
     dr, dc = shift
     if not (dr or dc):
         return images
-    n, h, w = images.shape[:3]
+    h, w = images.shape[1:3]
     p = max(abs(dr), abs(dc))
     x = np.pad(images, ((0, 0), (p, p), (p, p), (0, 0)), mode="edge")
     return x[:, p + dr : p + dr + h, p + dc : p + dc + w]

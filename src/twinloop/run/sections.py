@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from twinloop.control import RefinerConfig
 from twinloop.errors import TwinloopError, choose, number
+from twinloop.perception.model import SHIFTS
 from twinloop.plan import OPTIMIZER_NAMES, LLMConfig
 from twinloop.tasks import check_task, task_defaults
 from twinloop.twin import BACKENDS
@@ -297,4 +298,4 @@ class CameraConfig:
     def __post_init__(self):
         if self.appearance is not None:
             object.__setattr__(self, "appearance", number(self.appearance, "appearance", low=0, high=3, integer=True))
-        object.__setattr__(self, "shifts", number(self.shifts, "camera.shifts", low=1, high=4, integer=True))
+        object.__setattr__(self, "shifts", number(self.shifts, "camera.shifts", low=1, high=len(SHIFTS), integer=True))
