@@ -12,7 +12,10 @@ both / only refined / only base / neither).
 to each world's truth: ``params`` its hidden parameters (``Refiner.set_params``), ``engine``
 its parameters and, at severity 3, its solver settings (Euler at the task's ``euler_step``, elliptic
 cone, softer contacts).
-Add ``--actuation-delay`` with the world's delay for the delay too.
+Add ``--actuation-delay`` with the world's delay for the delay too; ``--oracle-only NAME,...``
+tells the twin only those parameters (the others stay nominal), to see which one matters.
+``--defaults`` builds both controllers from the task's own defaults, as ``twinloop run
+--task T`` does (the planner options of this script are then ignored, ``--accept`` aside).
 
 ``--one-world`` runs the plain comparison in pieces instead: every episode in the shifted world
 of seed ``--seed`` (``twinloop run`` without ``--world-per-episode``), and ``--checkpoint``,
@@ -45,6 +48,7 @@ from twinloop.run.compare import (
     refined_controller,
     world_ticks,
 )
+from twinloop.run.config import configure
 from twinloop.run.experiment import run_episode
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
@@ -53,24 +57,47 @@ from twinloop.worlds import ShiftedWorld
 from twinloop.worlds.shifted import severe_engine
 
 
-def oracle_controller(cfg: RunConfig, oracle: str, seed: int) -> tuple:
-    """``(world, refined controller)`` whose twin has world ``seed``'s hidden parameters (and,
-    for ``engine`` at severity >= 3, its solver settings)."""
+def oracle_controller(cfg: RunConfig, oracle: str, seed: int, only: tuple[str, ...] = ()) -> tuple:
+    """``(world, refined controller)`` whose twin has world ``seed``'s hidden parameters (only
+    those named in ``only`` if any; the others nominal), and, for ``engine`` at severity >= 3,
+    its solver settings. A twin of another resolution than the world's gets the values by name
+    (its own nominal where a parameter scales with the resolution and is not named)."""
     task, world, proposer, refiner = build(cfg, check_twin=False)
     if oracle == "engine" and cfg.severity >= 3:
         twin = make_twin(cfg.backend, severe_engine(task).apply(task.model), task.param_space())
         refiner = type(refiner)(task, twin, refiner.optimizer, cfg.refiner)
-    refiner.set_params(ShiftedWorld(task, cfg.severity, seed).hidden_params[None])
+    truth = ShiftedWorld(task, cfg.severity, seed).hidden_params
+    names = task.param_space().names
+    space = refiner.twin.param_space
+    x = np.array(space.nominal, dtype=float)
+    for i, name in enumerate(space.names):
+        if not only or name in only:
+            x[i] = truth[names.index(name)]
+    refiner.set_params(x[None])
     return world, refined_controller(cfg, task, proposer, refiner)
 
 
-def run_piece(a) -> None:
+def piece_config(a) -> RunConfig:
+    """The run's configuration: the script's planner options, or (``--defaults``) the task's own."""
+    common = {"experiment.task": a.task, "experiment.severity": a.severity, "experiment.seed": a.seed,
+              "experiment.episodes": a.first + a.count, "experiment.world_per_episode": not a.one_world,
+              "experiment.video": False, "experiment.record": False}
+    if a.defaults:
+        cli = {**common, "planner.refiner.accept": a.accept}
+        if a.accept == "robust" and a.accept_quantile is not None:
+            cli["planner.refiner.accept_quantile"] = a.accept_quantile
+        return configure(RunConfig, make_task(a.task).defaults, cli=cli)[0]
     rc = RefinerConfig(num_samples=a.k, horizon=a.horizon, iterations=a.iterations, exact_prior=a.exact_prior,
                        actuation_delay=a.actuation_delay, prior_margin=a.prior_margin, accept=a.accept,
-                       accept_quantile=a.accept_quantile)
-    cfg = RunConfig(task=a.task, severity=a.severity, seed=a.seed, episodes=a.first + a.count,
-                    world_per_episode=not a.one_world, proposer=a.proposer, checkpoint=a.checkpoint, refiner=rc,
-                    noise=a.noise, particles=a.particles, monitor=a.monitor, video=False, record=False)
+                       accept_quantile=0.75 if a.accept_quantile is None else a.accept_quantile)
+    return RunConfig(task=a.task, severity=a.severity, seed=a.seed, episodes=a.first + a.count,
+                     world_per_episode=not a.one_world, proposer=a.proposer, checkpoint=a.checkpoint, refiner=rc,
+                     noise=a.noise, particles=a.particles, monitor=a.monitor, video=False, record=False)
+
+
+def run_piece(a) -> None:
+    cfg = piece_config(a)
+    only = tuple(n for n in (a.oracle_only or "").split(",") if n)
     task, world, proposer, refiner = build(cfg)
     watch = calibrate_monitor(cfg, task, proposer, refiner, world.period)[0] if cfg.monitor else None
     n_ticks = world_ticks(cfg, task, world)
@@ -82,7 +109,7 @@ def run_piece(a) -> None:
             row = {"seed": s, "options": vars(a) | {"out": None}}
             for name in names:
                 if name == "refined" and a.oracle:
-                    w, ctl = oracle_controller(cfg, a.oracle, s)
+                    w, ctl = oracle_controller(cfg, a.oracle, s, only)
                 else:
                     w, ctl = controller_in_world(cfg, name, watch)
                 r = run_episode(w, ctl, s, max_ticks=n_ticks, record=False)
@@ -159,7 +186,10 @@ def main() -> None:
     p.add_argument("--oracle", choices=("params", "engine"), default=None)
     p.add_argument("--accept", choices=("always", "trusted", "robust"), default="robust",
                    help="the acceptance rule of both refined arms (nominal and oracle twin)")
-    p.add_argument("--accept-quantile", type=float, default=0.75)
+    p.add_argument("--accept-quantile", type=float, default=None,
+                   help="robust: the fraction of particles (default: 0.75, or the task's with --defaults)")
+    p.add_argument("--oracle-only", default=None, help="with --oracle params: only these parameters, comma-separated")
+    p.add_argument("--defaults", action="store_true", help="the task's own run defaults (as twinloop run)")
     p.add_argument("--refined-only", action="store_true")
     p.add_argument("--base-only", action="store_true")
     p.add_argument("--out", default="world_pieces.jsonl")
