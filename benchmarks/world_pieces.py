@@ -83,7 +83,7 @@ def piece_config(a) -> RunConfig:
               "experiment.episodes": a.first + a.count, "experiment.world_per_episode": not a.one_world,
               "experiment.video": False, "experiment.record": False}
     if a.defaults:
-        cli = {**common, "planner.refiner.accept": a.accept}
+        cli = {**common, "planner.refiner.accept": a.accept, **dict(kv.split("=", 1) for kv in a.set or ())}
         if a.accept == "robust" and a.accept_quantile is not None:
             cli["planner.refiner.accept_quantile"] = a.accept_quantile
         return configure(RunConfig, make_task(a.task).defaults, cli=cli)[0]
@@ -190,6 +190,7 @@ def main() -> None:
                    help="robust: the fraction of particles (default: 0.75, or the task's with --defaults)")
     p.add_argument("--oracle-only", default=None, help="with --oracle params: only these parameters, comma-separated")
     p.add_argument("--defaults", action="store_true", help="the task's own run defaults (as twinloop run)")
+    p.add_argument("--set", action="append", help="with --defaults: PATH=VALUE over them (as twinloop run --set)")
     p.add_argument("--refined-only", action="store_true")
     p.add_argument("--base-only", action="store_true")
     p.add_argument("--out", default="world_pieces.jsonl")

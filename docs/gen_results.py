@@ -277,6 +277,11 @@ def table_page(path: Path) -> str:
         lines += ["The rule, as written before the rows ran:", "", "```text", rule.read_text().strip(), "```", ""]
     if data.get("note"):
         lines += [data["note"], ""]
+    if not all(" | " in key for key in data["rows"]):  # rows of another shape: their plain values
+        lines += _plain_rows(data["rows"])
+        lines += ["", f"Source: `results/tables/{path.name}` (with what the table leaves out); 95% Wilson "
+                  "intervals in brackets.", ""]
+        return "\n".join(lines)
     lines += ["| task | world | base | refined | refined Hz | command |", "|---|---|---|---|---|---|"]
     for key, row in data["rows"].items():
         task, world = key.split(" | ")
@@ -287,6 +292,29 @@ def table_page(path: Path) -> str:
     lines += ["", f"Source: `results/tables/{path.name}`; 95% Wilson intervals; control rates on a shared "
               "2-core machine.", ""]
     return "\n".join(lines)
+
+
+def _plain_rows(rows: dict) -> list[str]:
+    """A markdown table of ``{name: {field: value}}``: every field whose values are numbers, text
+    or pairs (intervals), in the order they first appear; nested values are left to the source."""
+    def plain(v) -> bool:
+        return isinstance(v, (str, int, float, bool)) or (
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v))
+
+    fields = list(dict.fromkeys(k for row in rows.values() for k, v in row.items() if plain(v)))
+
+    def cell(v) -> str:
+        if isinstance(v, list):
+            return f"[{v[0]:.3g}, {v[1]:.3g}]"
+        if isinstance(v, float):
+            return f"{v:.3g}"
+        return "-" if v is None else (f"`{v}`" if isinstance(v, str) and v.startswith(("python ", "twinloop ")) else str(v))
+
+    lines = ["| row | " + " | ".join(f.replace("_", " ") for f in fields) + " |",
+             "|---|" + "---|" * len(fields)]
+    for name, row in rows.items():
+        lines.append(f"| {name} | " + " | ".join(cell(row.get(f)) for f in fields) + " |")
+    return lines
 
 
 def book(entries: list[dict], tables: Path = TABLES) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import re
 import shlex
 from pathlib import Path
@@ -121,6 +122,20 @@ def test_results_pages_are_current(tmp_path):
     for rel in made:
         assert (tmp_path / rel).read_text() == (committed / rel).read_text(), \
             f"docs/results/{rel} is stale: run python docs/gen_results.py"
+
+
+def test_table_of_other_rows_lists_their_plain_values(tmp_path):
+    """A table whose rows are not "task | world" runs shows each row's numbers, texts and
+    intervals, and leaves nested values to the source file."""
+    gen = _script("gen_results")
+    path = tmp_path / "screen.json"
+    path.write_text(json.dumps({"rows": {"local:64:1": {"successes": 62, "ci": [0.522, 0.709], "detail": {"x": 1}},
+                                         "local:32:1": {"successes": 55, "command": "python b.py --k 32"}}}))
+    page = gen.table_page(path)
+    assert "| row | successes | ci | command |" in page
+    assert "| local:64:1 | 62 | [0.522, 0.709] | - |" in page
+    assert "| local:32:1 | 55 | - | `python b.py --k 32` |" in page
+    assert "detail" not in page
 
 
 def test_readme_is_a_door():
