@@ -105,6 +105,27 @@ def test_twin_resolution_refuses_particles_and_posteriors():
     assert planning_task(make_task("rope-shape"), RunConfig(task="rope-shape", twin_resolution=4)).links == 4
 
 
+@pytest.mark.parametrize("name", list(COARSE))
+def test_a_subclass_plans_with_its_own_variant_at_another_resolution(name):
+    """A user's variant of a deformable task (here: another script) keeps its class, weights and
+    script in the coarse twin the refined controller plans with, not the registered task's."""
+    from dataclasses import replace
+
+    base = type(make_task(name))
+
+    class Slow(base):
+        def default_proposer(self):
+            prop = super().default_proposer()
+            prop.config = replace(prop.config, arc_time=2.0)
+            return prop
+
+    fine = Slow(weights={"hold": 3.0})
+    coarse = planning_task(fine, RunConfig(task=name, twin_resolution=next(iter(COARSE[name].values()))))
+    assert type(coarse) is Slow and coarse.model.nq < fine.model.nq
+    assert coarse._weight_overrides == {"hold": 3.0}
+    assert coarse.default_proposer().config.arc_time == 2.0
+
+
 def test_a_run_plans_in_the_coarse_twin_and_is_judged_in_the_worlds_mesh():
     from twinloop.run.build import controller_in_world
     from twinloop.run.experiment import run_episode

@@ -165,8 +165,9 @@ class ClothFold(GraspTask):
         return mujoco.MjSpec.from_string(text.replace(old, f'count="{n} {n} 1" spacing="{step!r} {step!r} {step!r}"'))
 
     def at_resolution(self, resolution: int) -> ClothFold:
-        """This task (its cost weights and settle steps) with a towel of ``resolution`` vertices per side."""
-        return ClothFold(self._weight_overrides, self.settle_steps, resolution)
+        """This task (its class, cost weights and settle steps) with a towel of ``resolution``
+        vertices per side: a subclass plans with its own variant."""
+        return type(self)(weights=self._weight_overrides, settle_steps=self.settle_steps, resolution=resolution)
 
     def guess(self, points, velocities):
         """Vertices piecewise linear over the keypoint grid (exact for a flat or folded towel)."""

@@ -217,8 +217,9 @@ class RopeShape(GraspTask):
         return mujoco.MjSpec.from_string(text[:start] + chain_xml(self.links) + "\n  " + text[end:])
 
     def at_resolution(self, resolution: int) -> RopeShape:
-        """This task (its cost weights and settle steps) with a rope of ``resolution`` links."""
-        return RopeShape(self._weight_overrides, self.settle_steps, resolution)
+        """This task (its class, cost weights and settle steps) with a rope of ``resolution`` links:
+        a subclass (a user's variant of its script, say) plans with its own variant."""
+        return type(self)(weights=self._weight_overrides, settle_steps=self.settle_steps, links=resolution)
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         m = self.model
