@@ -60,19 +60,21 @@ from twinloop.worlds.shifted import severe_engine
 def oracle_controller(cfg: RunConfig, oracle: str, seed: int, only: tuple[str, ...] = ()) -> tuple:
     """``(world, refined controller)`` whose twin has world ``seed``'s hidden parameters (only
     those named in ``only`` if any; the others nominal), and, for ``engine`` at severity >= 3,
-    its solver settings. A twin of another resolution than the world's gets the values by name
-    (its own nominal where a parameter scales with the resolution and is not named)."""
+    its solver settings. A twin of another resolution than the world's gets the values by name;
+    a parameter whose values scale with the resolution (its nominal differs) is refused there."""
     task, world, proposer, refiner = build(cfg, check_twin=False)
     if oracle == "engine" and cfg.severity >= 3:
         twin = make_twin(cfg.backend, severe_engine(task).apply(task.model), task.param_space())
         refiner = type(refiner)(task, twin, refiner.optimizer, cfg.refiner)
     truth = ShiftedWorld(task, cfg.severity, seed).hidden_params
-    names = task.param_space().names
-    space = refiner.twin.param_space
+    world_space, space = task.param_space(), refiner.twin.param_space
     x = np.array(space.nominal, dtype=float)
     for i, name in enumerate(space.names):
         if not only or name in only:
-            x[i] = truth[names.index(name)]
+            j = world_space.names.index(name)
+            if not np.isclose(space.nominal[i], world_space.nominal[j]):
+                raise SystemExit(f"--oracle: {name} scales with the twin's resolution; name others with --oracle-only")
+            x[i] = truth[j]
     refiner.set_params(x[None])
     return world, refined_controller(cfg, task, proposer, refiner)
 
