@@ -70,8 +70,12 @@ def main() -> None:
                   f"max |twin - world| {100 * m['max_abs_error']:.0f} points, goal met: {m['goal_met']}")
         print(f"world seed {seed}: calibrated not worse than nominal: {r.get('calibrated_not_worse')}", flush=True)
     if a.json:
-        Path(a.json).write_text(json.dumps({"rule": "results/tables/evaluate-defaults.rule.txt", "seeds": rows},
-                                           indent=1) + "\n")
+        table = {f"world seed {s}, {name} twin": {"pearson": m["pearson"], "pearson_ci": m["pearson_ci"],
+                                                   "mmrv": m["mmrv"], "max_error_points": round(100 * m["max_abs_error"]),
+                                                   "within_10_points": m["within_10_points"], "goal_met": m["goal_met"]}
+                 for s, r in rows.items() for name, m in r["twins"].items()}
+        Path(a.json).write_text(json.dumps({"rule": "results/tables/evaluate-defaults.rule.txt", "rows": table,
+                                            "seeds": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

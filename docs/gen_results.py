@@ -279,8 +279,8 @@ def table_page(path: Path) -> str:
         lines += [data["note"], ""]
     if not all(" | " in key for key in data["rows"]):  # rows of another shape: their plain values
         lines += _plain_rows(data["rows"])
-        lines += ["", f"Source: `results/tables/{path.name}` (with what the table leaves out); 95% Wilson "
-                  "intervals in brackets.", ""]
+        lines += ["", f"Source: `results/tables/{path.name}` (with what the table leaves out); 95% "
+                  "intervals in brackets (Wilson for success counts, bootstrap for rankings).", ""]
         return "\n".join(lines)
     lines += ["| task | world | base | refined | refined Hz | command |", "|---|---|---|---|---|---|"]
     for key, row in data["rows"].items():
