@@ -48,7 +48,7 @@ from twinloop.run.compare import (
     refined_controller,
     world_ticks,
 )
-from twinloop.run.config import configure
+from twinloop.run.config import configure, parse_sets
 from twinloop.run.experiment import run_episode
 from twinloop.stats import wilson
 from twinloop.tasks import make_task
@@ -85,7 +85,7 @@ def piece_config(a) -> RunConfig:
               "experiment.episodes": a.first + a.count, "experiment.world_per_episode": not a.one_world,
               "experiment.video": False, "experiment.record": False}
     if a.defaults:
-        cli = {**common, "planner.refiner.accept": a.accept, **dict(kv.split("=", 1) for kv in a.set or ())}
+        cli = {**common, "planner.refiner.accept": a.accept, **parse_sets(RunConfig, a.set)}
         if a.accept == "robust" and a.accept_quantile is not None:
             cli["planner.refiner.accept_quantile"] = a.accept_quantile
         return configure(RunConfig, make_task(a.task).defaults, cli=cli)[0]
