@@ -94,7 +94,8 @@ def main(argv=None) -> None:
                     "tasks no longer default to, for a table of what they gave before")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    rows = json.loads(out.read_text())["rows"] if out.exists() else {}
+    kept = json.loads(out.read_text()) if out.exists() else {}  # its rows and its note
+    rows = kept.get("rows", {})
     for task in args.tasks.split(","):
         for world in args.worlds.split(","):
             key = f"{task} | {world}"
@@ -102,7 +103,7 @@ def main(argv=None) -> None:
                 continue
             rows[key] = run_row(task, WORLDS[world][1], args.episodes, args.pin.split())
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"rule": "refined >= base - 1 episode; refined >= 80% where base >= 50%",
+            out.write_text(json.dumps({**kept, "rule": "refined >= base - 1 episode; refined >= 80% where base >= 50%",
                                        "rows": rows}, indent=1))
             print(key, {k: v for k, v in rows[key].items() if k.endswith(("successes", "hz", "wall_s"))},
                   flush=True, file=sys.stderr)

