@@ -241,7 +241,7 @@ class RopeShape(GraspTask):
 
     def near_goal_state(self, rng: np.random.Generator) -> np.ndarray:
         """A shape a manipulation makes: a reset state rolled in the twin under the scripted
-        swing (:class:`~twinloop.tasks.deformable.SwingScript`, :data:`QUICK_SWING`) whose goal is moved
+        swing (:class:`~twinloop.tasks.deformable.SwingScript`, its arc time and radius :attr:`swing`'s) whose goal is moved
         uniformly within :attr:`SHAPES` ``[0]`` in x and y and whose arc height and release are
         drawn uniformly in :attr:`SHAPES` ``[1]`` and ``[2]``, for a uniformly drawn 1 to
         :attr:`max_ticks` ticks: the rope lying straight, lifted, swung, dropped short of, on and
@@ -249,8 +249,8 @@ class RopeShape(GraspTask):
         move, heights, releases = self.SHAPES
         state = self.initial_state(rng)
         goal = self.goal_of(self.grasp_point) + np.array([*rng.uniform(-move, move, 2), 0.0])
-        cfg = SwingConfig(arc_time=QUICK_SWING.arc_time, release=float(rng.uniform(*releases)),
-                          arc_height=float(rng.uniform(*heights)), arc_radius=QUICK_SWING.arc_radius)
+        cfg = SwingConfig(arc_time=self.swing.arc_time, release=float(rng.uniform(*releases)),
+                          arc_height=float(rng.uniform(*heights)), arc_radius=self.swing.arc_radius)
         start = np.array([START[0] + LENGTH, START[1], RADIUS])
         script = SwingScript(self, self.point_index(self.grasp_point), start, goal, cfg)
         return self.rolled_under(state, script, int(rng.integers(1, self.max_ticks + 1)))
