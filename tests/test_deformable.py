@@ -20,7 +20,7 @@ from twinloop.tasks import make_task
 from twinloop.tasks.cloth_fold import N, fold
 from twinloop.tasks.deformable import PlaceRepair, RepairConfig, SwingScript
 from twinloop.tasks.repair import RepairSource, repair_source
-from twinloop.tasks.rope_shape import LINK, LINKS, RADIUS_MAX, u_curve
+from twinloop.tasks.rope_shape import LINK, LINKS, QUICK_SWING, RADIUS_MAX, u_curve
 from twinloop.twin import MujocoTwin
 from twinloop.worlds import ShiftedWorld, SimWorld
 from twinloop.worlds.shifted import nominal_counterpart
@@ -252,6 +252,17 @@ def test_the_scripted_proposer_completes_the_task_in_the_nominal_world(task):
         if task.success(info["qpos"]):
             break
     assert task.success(info["qpos"])
+
+
+def test_the_rope_quick_swing_variant_keeps_the_old_swing_in_its_base_and_its_shapes():
+    # rope-shape swings in 2 s (chosen over worlds); the variant its distilled recipes name keeps
+    # the 0.8 s swing, for its base and for the shapes near the goal it rolls, and nothing else
+    rope, quick = make_task("rope-shape"), make_task("twinloop.tasks.rope_shape:RopeShapeQuickSwing")
+    assert quick.name == rope.name and rope.default_proposer().config.arc_time == 2.0
+    assert quick.default_proposer().config == QUICK_SWING
+    a, b = rope.near_goal_state(np.random.default_rng(3)), quick.near_goal_state(np.random.default_rng(3))
+    assert a.shape == b.shape and not np.allclose(a, b)
+    assert np.allclose(rope.initial_state(np.random.default_rng(3)), quick.initial_state(np.random.default_rng(3)))
 
 
 def test_ghost_traces_follow_the_gripper_and_the_grasped_point(task):
