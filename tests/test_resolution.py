@@ -142,6 +142,31 @@ def test_a_run_plans_in_the_coarse_twin_and_is_judged_in_the_worlds_mesh():
     assert base.task.model.nq == world.task.model.nq  # the base row plans nothing: the world's mesh
 
 
+def test_the_refined_controller_in_a_coarse_twin_proposes_the_base_controllers_actions():
+    # planned in a rope of 4 links, the controller estimates the twin's state; its base (what it
+    # rehearses, and sends where the base wins) is the base controller's action, tick by tick,
+    # where the swing read from the coarse estimate is off by a little (enough to end a marginal
+    # episode otherwise: a rope laid at the success threshold)
+    from twinloop.policies import make_proposer
+    from twinloop.run.build import controller_in_world
+
+    cfg = RunConfig(task="rope-shape", twin_resolution=4, episodes=1, refiner=RefinerConfig(num_samples=8, horizon=0.4))
+    world, ctl = controller_in_world(cfg, "refined")
+    _, base = controller_in_world(cfg, "base")
+    coarse_script = make_proposer(ctl.task, "scripted")
+    obs = world.reset(5)
+    base.reset(5)
+    ctl.reset(5)
+    gaps = []
+    for _ in range(8):
+        a = base.act(obs)
+        state = ctl.estimator.estimate(obs)
+        assert np.array_equal(ctl.refiner.spec.bound(ctl.proposer.propose(obs, state)[0]), a)
+        gaps.append(np.abs(ctl.refiner.spec.bound(coarse_script.propose(obs, state)[0]) - a).max())
+        obs, _ = world.step(a)
+    assert max(gaps) > 1e-5  # the script on the coarse estimate: what the controller proposed before
+
+
 def test_over_worlds_every_episodes_world_keeps_the_worlds_mesh():
     from twinloop.run.build import build
 

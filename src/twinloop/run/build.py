@@ -66,7 +66,13 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     task = planning_task(task, cfg)
-    proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
+    proposer = make_proposer(world_task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
+    if task is not world_task and proposer is not None and not (cfg.grasp is not None and cfg.grasp.observer):
+        # planned at another resolution, the controller estimates the twin's state; the base it
+        # rehearses and sends is the base controller's: the world task's proposer on its estimate
+        proposer = WorldProposer(proposer, camera_estimator(cfg, world_task) or world_task.state_estimator())
+    elif task is not world_task:
+        proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
     grasp = cfg.grasp
     if grasp is not None and grasp.observer:
@@ -89,6 +95,36 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     refiner = Refiner(task, twin, make_optimizer(cfg.planner.optimizer, llm=cfg.planner.llm, noise=cfg.planner.noise), rcfg,
                       params=params, keep_rollouts=keep_rollouts)
     return world_task, world, proposer, refiner
+
+
+class WorldProposer:
+    """The world task's proposer fed the world task's own state estimate, whatever state the
+    controller passes: a controller that plans in a deformable at another resolution estimates
+    the twin's state (its mesh), and a script reading it (a swing's grasp point, a few mm off)
+    would not propose what the base controller does. Everything else is the proposer's own
+    (attributes read and set through)."""
+
+    _own = ("proposer", "estimator")
+
+    def __init__(self, proposer, estimator):
+        object.__setattr__(self, "proposer", proposer)
+        object.__setattr__(self, "estimator", estimator)
+
+    def __getattr__(self, name):
+        if name in WorldProposer._own or name.startswith("__"):  # unpickling: not set yet
+            raise AttributeError(name)
+        return getattr(self.proposer, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.proposer, name, value)
+
+    def reset(self, seed: int | None = None) -> None:
+        self.estimator.reset(seed)
+        if callable(getattr(self.proposer, "reset", None)):
+            self.proposer.reset(seed)
+
+    def propose(self, obs, state):
+        return self.proposer.propose(obs, self.estimator.estimate(obs))
 
 
 def planning_task(task, cfg: RunConfig):
