@@ -4,8 +4,9 @@ A grid over the swing's arc_time, release, arc_height and arc_radius, 10 episode
 nominal world (seeds 90000-90009, never an evaluation seed), ranked by successes, then mean
 ticks, then mean final error; prints the best rows. The winners are ``FOLD`` in
 ``tasks/cloth_fold.py``, ``QUICK_SWING`` in ``tasks/rope_shape.py`` (its ``SWING`` is chosen
-over worlds, below) and ``FOLD2`` in ``tasks/cloth_fold_2.py`` (cloth-fold-2: both grippers swing with the same knobs at once, the
-rule and the grid the same, chosen before any cloth-fold-2 episode in a shifted world ran).
+over worlds, below) and ``FOLD2`` in ``tasks/cloth_fold_2.py`` (cloth-fold-2: both grippers
+swing with the same knobs at once, the rule and the grid the same, chosen before any
+cloth-fold-2 episode in a shifted world ran).
 
     python benchmarks/deformable_script_grid.py cloth-fold
     python benchmarks/deformable_script_grid.py cloth-fold-2 --top 10
@@ -13,8 +14,9 @@ rule and the grid the same, chosen before any cloth-fold-2 episode in a shifted 
 With ``--over-worlds S ...`` each script instead runs the episodes of ``twinloop run --world
 shifted --world-per-episode --seed S --episodes 20`` for each run seed S (base alone, each
 episode in its own world, judged by the run's own episode: success held for its dwell), ranked
-by successes, then the shorter arc_time, then fewer mean ticks. ``--only`` runs the listed
-scripts alone (either way) (``arc_time,release,arc_height,arc_radius``), and ``--json`` writes every row.
+by successes, then the shorter arc_time, then fewer mean ticks; ``--json`` writes every row.
+Either way ``--only`` runs the listed scripts instead of the grid
+(``arc_time,release,arc_height,arc_radius`` each).
 
     python benchmarks/deformable_script_grid.py rope-shape --over-worlds 20 21 22 23 24
 """

@@ -66,16 +66,17 @@ def build(cfg: RunConfig, keep_rollouts: bool = False, check_twin: bool = True):
     if cfg.realtime:
         world = RealtimeWorld(world, rate=cfg.rate if not sim else None)
     task = planning_task(task, cfg)
-    proposer = make_proposer(world_task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
-    if task is not world_task and proposer is not None and not (cfg.grasp is not None and cfg.grasp.observer):
-        # planned at another resolution, the controller estimates the twin's state; the base it
-        # rehearses and sends is the base controller's: the world task's proposer on its estimate
+    # planned at another resolution, the controller estimates the twin's state; the base it
+    # rehearses and sends is the base controller's: the world task's proposer on its own estimate
+    # (not with the stateful observer, which needs the actions sent: the planning task's proposer)
+    observer = cfg.grasp is not None and cfg.grasp.observer
+    proposer = make_proposer(task if observer else world_task, cfg.proposer,
+                             **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
+    if task is not world_task and proposer is not None and not observer:
         proposer = WorldProposer(proposer, camera_estimator(cfg, world_task) or world_task.state_estimator())
-    elif task is not world_task:
-        proposer = make_proposer(task, cfg.proposer, **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}))
     check_samples(proposer, cfg.proposal_samples, cfg.proposer)  # before the base row runs, not after it
     grasp = cfg.grasp
-    if grasp is not None and grasp.observer:
+    if observer:
         task.state_estimator(stateful=True)  # refused by a task without one
     if grasp is not None and grasp.repair and not task.candidate_sources(repair_options(cfg)):
         raise TwinloopError(f"repair=True: task {cfg.experiment.task!r} has no repair primitive "

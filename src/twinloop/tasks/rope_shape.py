@@ -87,8 +87,7 @@ def chain_xml(links: int) -> str:
 # momentum to slide on after the release.
 SWING = SwingConfig(arc_time=2.0, release=0.8, arc_height=0.15, arc_radius=0.95)
 # The swing chosen on the nominal rope alone (10 episodes, ties on success broken by speed): the
-# teacher of the rope's distilled recipes (RopeShapeQuickSwing) and the arc time of the shapes
-# near the goal (RopeShape.near_goal_state) that the shipped camera model was trained on.
+# teacher of the rope's distilled recipes, which name RopeShapeQuickSwing.
 QUICK_SWING = SwingConfig(arc_time=0.8, release=0.8, arc_height=0.15, arc_radius=0.95)
 
 
@@ -241,8 +240,8 @@ class RopeShape(GraspTask):
 
     def near_goal_state(self, rng: np.random.Generator) -> np.ndarray:
         """A shape a manipulation makes: a reset state rolled in the twin under the scripted
-        swing (:class:`~twinloop.tasks.deformable.SwingScript`, its arc time and radius :attr:`swing`'s) whose goal is moved
-        uniformly within :attr:`SHAPES` ``[0]`` in x and y and whose arc height and release are
+        swing (:class:`~twinloop.tasks.deformable.SwingScript`, the arc time and radius of
+        :attr:`swing`) whose goal is moved uniformly within :attr:`SHAPES` ``[0]`` in x and y and whose arc height and release are
         drawn uniformly in :attr:`SHAPES` ``[1]`` and ``[2]``, for a uniformly drawn 1 to
         :attr:`max_ticks` ticks: the rope lying straight, lifted, swung, dropped short of, on and
         beyond the U, with the gripper where it holds or leaves it."""
